@@ -1,0 +1,59 @@
+"""Errors that say who broke the protocol, each carrying the gRPC status it suggests."""
+
+from __future__ import annotations
+
+import enum
+
+__all__ = ["GrpcStatus", "LocalProtocolError", "ProtocolError", "RemoteProtocolError"]
+
+
+class GrpcStatus(enum.IntEnum):
+    """gRPC status codes (the subset of the canonical list this library uses is all of it)."""
+
+    OK = 0
+    CANCELLED = 1
+    UNKNOWN = 2
+    INVALID_ARGUMENT = 3
+    DEADLINE_EXCEEDED = 4
+    NOT_FOUND = 5
+    ALREADY_EXISTS = 6
+    PERMISSION_DENIED = 7
+    RESOURCE_EXHAUSTED = 8
+    FAILED_PRECONDITION = 9
+    ABORTED = 10
+    OUT_OF_RANGE = 11
+    UNIMPLEMENTED = 12
+    INTERNAL = 13
+    UNAVAILABLE = 14
+    DATA_LOSS = 15
+    UNAUTHENTICATED = 16
+
+
+class ProtocolError(Exception):
+    """A violation of the xDS protocol; ``status`` is the gRPC status to end the stream with.
+
+    Never raised directly: see :class:`LocalProtocolError` and :class:`RemoteProtocolError`.
+    """
+
+    status: GrpcStatus
+
+    def __init__(self, message: str, status: GrpcStatus) -> None:
+        if type(self) is ProtocolError:
+            raise TypeError("raise LocalProtocolError or RemoteProtocolError")
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+
+class LocalProtocolError(ProtocolError):
+    """The code driving a state machine asked for something the protocol forbids."""
+
+    def __init__(self, message: str, status: GrpcStatus = GrpcStatus.INTERNAL) -> None:
+        super().__init__(message, status)
+
+
+class RemoteProtocolError(ProtocolError):
+    """The peer sent something the protocol forbids; the stream should end with ``status``."""
+
+    def __init__(self, message: str, status: GrpcStatus = GrpcStatus.INVALID_ARGUMENT) -> None:
+        super().__init__(message, status)

@@ -1,0 +1,78 @@
+"""Decoded protocol messages as small immutable records.
+
+The state machines work on these, never on protobuf objects; the codec builds them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import attrs
+
+__all__ = [
+    "DeltaDiscoveryRequest",
+    "DiscoveryRequest",
+    "ErrorDetail",
+    "Locality",
+    "Node",
+]
+
+
+@attrs.frozen(kw_only=True)
+class Locality:
+    """Where a node runs."""
+
+    region: str = ""
+    zone: str = ""
+    sub_zone: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class Node:
+    """The identity a client presents; ``raw`` is its encoding, used to detect a changed node."""
+
+    id: str = ""
+    cluster: str = ""
+    user_agent_name: str = ""
+    user_agent_version: str = ""
+    client_features: tuple[str, ...] = ()
+    locality: Locality | None = None
+    metadata: Mapping[str, object] = attrs.field(factory=dict, eq=False, repr=False)
+    raw: bytes = attrs.field(default=b"", repr=False)
+
+    def supports(self, feature: str) -> bool:
+        """Whether the client advertised ``feature`` in ``client_features``."""
+        return feature in self.client_features
+
+
+@attrs.frozen(kw_only=True)
+class ErrorDetail:
+    """The ``error_detail`` of a NACK: a gRPC status code and a message."""
+
+    code: int
+    message: str
+
+
+@attrs.frozen(kw_only=True)
+class DiscoveryRequest:
+    """A State-of-the-World request."""
+
+    type_url: str = ""
+    version_info: str = ""
+    resource_names: tuple[str, ...] = ()
+    response_nonce: str = ""
+    error_detail: ErrorDetail | None = None
+    node: Node | None = None
+
+
+@attrs.frozen(kw_only=True)
+class DeltaDiscoveryRequest:
+    """An incremental (Delta) request."""
+
+    type_url: str = ""
+    resource_names_subscribe: tuple[str, ...] = ()
+    resource_names_unsubscribe: tuple[str, ...] = ()
+    initial_resource_versions: Mapping[str, str] = attrs.field(factory=dict)
+    response_nonce: str = ""
+    error_detail: ErrorDetail | None = None
+    node: Node | None = None

@@ -1,0 +1,261 @@
+"""The server side of one State-of-the-World xDS stream, as a pure state machine.
+
+Theory of operation
+-------------------
+One :class:`SotwServerStream` exists per gRPC stream (ADS, or a per-type service when
+``type_url`` is fixed). It never does I/O and never awaits: the driver hands it each decoded
+request with :meth:`~SotwServerStream.receive`, which returns the events the request
+caused, and asks it with :meth:`~SotwServerStream.poll` what to send given the current
+:class:`~xdscore.ResourceView`. Each type URL is an independent sub-stream with its own
+subscription, nonce pairing and versions.
+
+Per type the machine keeps an immutable :class:`TypeStatus`:
+
+* ``subscription``: replaced by each non-stale request (:class:`~xdscore.Subscription`).
+* ``held``: the version the client is known to hold: the one it ACKed, or on the first
+  request of the stream the ``version_info`` it presents (its last accepted version; with
+  content-hash versions a reconnecting client that already holds the current content is
+  sent nothing). ``None`` after a NACK, since clients may apply part of a rejected response.
+* ``rejected``: the version last NACKed. It is never sent again; the next different one is.
+* ``outstanding``: the response awaiting ACK/NACK. While one is outstanding nothing more of
+  that type is sent, so a slow client coalesces to the latest state instead of queueing.
+* ``owed``: a response is due even if the content is unchanged: the client asked again with
+  the latest nonce after acknowledging it, or (on ADS) a cluster response was just sent and
+  clusters warm until they get their endpoints.
+
+Rules, in the order :meth:`receive` applies them:
+
+1. The first request must carry a node; later ones may omit it; a different node is an error.
+2. ADS requests must name their type; per-type services accept only their own type.
+3. A non-empty ``response_nonce`` that is not the latest sent for the type is stale: it is
+   reported and the request is otherwise ignored (it can be neither ACK nor NACK, and a
+   newer request will follow the response it has not seen yet).
+4. A request echoing the outstanding nonce is a NACK if it has ``error_detail``, else an ACK.
+5. The request's ``resource_names`` replace the subscription (wildcard rules in
+   :mod:`xdscore._subscription`).
+
+:meth:`poll` then sends, per subscribed type in make-before-break order, the current
+selection when nothing is outstanding, it differs from the rejected version, and it differs
+from what the client holds or a response is owed. LDS, CDS and SRDS selections are full
+state: all their resources, every time.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterator, Mapping
+
+import attrs
+
+from ._checks import check_names, check_node, check_subscribed, check_type_count, resolve_type
+from ._errors import LocalProtocolError, ProtocolError
+from ._events import (
+    Event,
+    NodeIdentified,
+    ResponseAcked,
+    ResponseNacked,
+    StaleNonceSeen,
+    SubscriptionChanged,
+)
+from ._limits import StreamLimits
+from ._records import DiscoveryRequest, ErrorDetail, Node
+from ._resource import Selection
+from ._subscription import Subscription
+from ._typeurls import CLUSTER, ENDPOINT, type_info
+from ._view import ResourceView
+
+__all__ = ["SotwResponse", "SotwServerStream", "StreamState", "TypeStatus"]
+
+
+class StreamState(enum.Enum):
+    """Life of a stream machine: OPEN until a protocol error, then ERROR for good."""
+
+    OPEN = "open"
+    ERROR = "error"
+
+
+@attrs.frozen(kw_only=True)
+class SotwResponse:
+    """A response to send: ``selection`` framed with this stream's version and nonce."""
+
+    type_url: str
+    version_info: str
+    nonce: str
+    selection: Selection
+
+
+@attrs.frozen(kw_only=True)
+class TypeStatus:
+    """What one stream knows about one type (see the module docstring)."""
+
+    subscription: Subscription
+    held: str | None = None
+    rejected: str | None = None
+    last_error: ErrorDetail | None = None
+    latest_nonce: str = ""
+    outstanding: SotwResponse | None = None
+    owed: bool = False
+    acks: int = 0
+    nacks: int = 0
+
+
+class SotwServerStream:
+    """The server side of one SotW stream. ``type_url`` fixes the type on per-type services."""
+
+    def __init__(
+        self,
+        *,
+        nonce_source: Callable[[], str],
+        type_url: str | None = None,
+        limits: StreamLimits | None = None,
+    ) -> None:
+        self._nonce_source = nonce_source
+        self._fixed_type = type_url
+        self._limits = limits or StreamLimits()
+        self._types: dict[str, TypeStatus] = {}
+        self.node: Node | None = None
+        self.state = StreamState.OPEN
+
+    @property
+    def aggregated(self) -> bool:
+        """True on ADS, where one stream carries every type."""
+        return self._fixed_type is None
+
+    def status(self) -> Mapping[str, TypeStatus]:
+        """A read-only copy of the per-type state, by type URL."""
+        return dict(self._types)
+
+    def receive(self, request: DiscoveryRequest) -> list[Event]:
+        """Apply one request; return what it meant. Raises :class:`RemoteProtocolError`."""
+        self._check_open()
+        try:
+            return self._receive(request)
+        except ProtocolError:
+            self.state = StreamState.ERROR
+            raise
+
+    def poll(self, view: ResourceView | None) -> list[SotwResponse]:
+        """The responses due now against ``view`` (``None``: no data for this client yet)."""
+        self._check_open()
+        if view is None:
+            return []
+        out: list[SotwResponse] = []
+        for type_url in self._in_push_order():
+            response = self._respond(type_url, view)
+            if response is not None:
+                out.append(response)
+        return out
+
+    def _check_open(self) -> None:
+        if self.state is not StreamState.OPEN:
+            raise LocalProtocolError(f"stream machine is in state {self.state.name}")
+
+    def _receive(self, request: DiscoveryRequest) -> list[Event]:
+        events: list[Event] = []
+        first = self.node is None
+        self.node = check_node(self.node, request.node)
+        if first:
+            events.append(NodeIdentified(node=self.node))
+        info = resolve_type(self._fixed_type, request.type_url, delta=False)
+        check_names(request.resource_names, self._limits, "resource_names")
+        type_url = info.type_url
+        status = self._types.get(type_url)
+        if status is None:
+            check_type_count(len(self._types), self._limits)
+            status = TypeStatus(
+                subscription=Subscription.sotw(
+                    None, request.resource_names, wildcard_capable=info.wildcard_capable
+                ),
+                held=request.version_info or None,
+            )
+            check_subscribed(len(status.subscription.names), self._limits)
+            self._types[type_url] = status
+            events.append(
+                SubscriptionChanged(
+                    type_url=type_url, previous=None, subscription=status.subscription
+                )
+            )
+            return events
+
+        nonce = request.response_nonce
+        if nonce and status.latest_nonce and nonce != status.latest_nonce:
+            events.append(
+                StaleNonceSeen(type_url=type_url, nonce=nonce, latest=status.latest_nonce)
+            )
+            return events
+
+        outstanding = status.outstanding
+        if nonce and outstanding is not None and nonce == outstanding.nonce:
+            if request.error_detail is not None:
+                status = attrs.evolve(
+                    status,
+                    held=None,
+                    rejected=outstanding.version_info,
+                    last_error=request.error_detail,
+                    outstanding=None,
+                    nacks=status.nacks + 1,
+                )
+                events.append(
+                    ResponseNacked(
+                        type_url=type_url,
+                        rejected=outstanding.version_info,
+                        version_info=request.version_info,
+                        nonce=nonce,
+                        error=request.error_detail,
+                    )
+                )
+            else:
+                status = attrs.evolve(
+                    status,
+                    held=outstanding.version_info,
+                    rejected=None,
+                    outstanding=None,
+                    acks=status.acks + 1,
+                )
+                events.append(
+                    ResponseAcked(
+                        type_url=type_url, version_info=outstanding.version_info, nonce=nonce
+                    )
+                )
+        elif outstanding is None and status.latest_nonce:
+            # Every response was answered and the client asks again: it wants an answer.
+            status = attrs.evolve(status, owed=True)
+
+        previous = status.subscription
+        subscription = Subscription.sotw(
+            previous, request.resource_names, wildcard_capable=info.wildcard_capable
+        )
+        if subscription != previous:
+            check_subscribed(len(subscription.names), self._limits)
+            status = attrs.evolve(status, subscription=subscription)
+            events.append(
+                SubscriptionChanged(type_url=type_url, previous=previous, subscription=subscription)
+            )
+        self._types[type_url] = status
+        return events
+
+    def _in_push_order(self) -> Iterator[str]:
+        return iter(sorted(self._types, key=lambda url: (type_info(url).rank, url)))
+
+    def _respond(self, type_url: str, view: ResourceView) -> SotwResponse | None:
+        status = self._types[type_url]
+        if status.outstanding is not None:
+            return None
+        selection = view.select(type_url, status.subscription)
+        if selection.version == status.rejected:
+            return None
+        if not status.owed and selection.version == status.held:
+            return None
+        response = SotwResponse(
+            type_url=type_url,
+            version_info=selection.version,
+            nonce=self._nonce_source(),
+            selection=selection,
+        )
+        self._types[type_url] = attrs.evolve(
+            status, outstanding=response, latest_nonce=response.nonce, owed=False
+        )
+        if type_url == CLUSTER and self.aggregated and ENDPOINT in self._types:
+            # Clusters warm until their endpoints arrive, even unchanged ones.
+            self._types[ENDPOINT] = attrs.evolve(self._types[ENDPOINT], owed=True)
+        return response

@@ -1,0 +1,99 @@
+"""What a client asked for, per type: the wildcard rules of the xDS spec as pure functions.
+
+Rules (xds_protocol "How the client specifies what resources to return"):
+
+* ``*`` is an explicit wildcard, for any type, and may be combined with names.
+* Legacy wildcard: for a wildcard-capable type (LDS, CDS, SRDS), a client that has never
+  sent a non-empty subscription for the type on this stream is subscribed to everything.
+  SotW: every request so far had an empty ``resource_names``. Delta: the first request
+  had an empty ``resource_names_subscribe`` and no later one added a name.
+* Once any name (``*`` included) was subscribed, the legacy meaning is gone for good on the
+  stream: an empty SotW list, or unsubscribing every name in Delta, means "nothing".
+* For types that are not wildcard-capable an empty subscription always means "nothing".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import attrs
+
+__all__ = ["WILDCARD", "Subscription"]
+
+WILDCARD = "*"
+
+
+@attrs.frozen(cache_hash=True)
+class Subscription:
+    """The resources one client wants of one type on one stream.
+
+    ``wildcard`` is true for an explicit ``*`` and for legacy wildcard; ``legacy`` marks the
+    latter, which ends as soon as the client names anything.
+    """
+
+    names: frozenset[str] = frozenset()
+    wildcard: bool = False
+    legacy: bool = False
+
+    def wants(self, name: str) -> bool:
+        """Whether a resource called ``name`` belongs to this subscription."""
+        return self.wildcard or name in self.names
+
+    @property
+    def empty(self) -> bool:
+        """True when the client wants nothing of this type."""
+        return not self.wildcard and not self.names
+
+    @classmethod
+    def sotw(
+        cls,
+        previous: Subscription | None,
+        resource_names: Iterable[str],
+        *,
+        wildcard_capable: bool,
+    ) -> Subscription:
+        """The subscription a SotW request with ``resource_names`` leaves in place."""
+        names = frozenset(resource_names)
+        if not names:
+            legacy = wildcard_capable and (previous is None or previous.legacy)
+            return _LEGACY_WILDCARD if legacy else _NOTHING
+        return cls(names - {WILDCARD}, wildcard=WILDCARD in names, legacy=False)
+
+    @classmethod
+    def delta_initial(
+        cls,
+        subscribe: Iterable[str],
+        unsubscribe: Iterable[str],
+        *,
+        wildcard_capable: bool,
+    ) -> Subscription:
+        """The subscription of the first Delta request of a type on a stream."""
+        added = frozenset(subscribe)
+        if not added:
+            return _LEGACY_WILDCARD if wildcard_capable else _NOTHING
+        return _NOTHING.delta_update(added, unsubscribe)
+
+    def delta_update(self, subscribe: Iterable[str], unsubscribe: Iterable[str]) -> Subscription:
+        """The subscription after a later Delta request (unsubscribing unknown names is a no-op)."""
+        added = frozenset(subscribe)
+        removed = frozenset(unsubscribe)
+        if not added and not removed:
+            return self
+        wildcard = self.wildcard
+        legacy = self.legacy
+        if added:
+            if legacy:
+                # Naming anything ends legacy wildcard; an explicit "*" keeps wildcard on.
+                wildcard = False
+                legacy = False
+            if WILDCARD in added:
+                wildcard = True
+        if WILDCARD in removed:
+            wildcard = False
+            legacy = False
+        names = (self.names | added) - removed - {WILDCARD}
+        return Subscription(frozenset(names), wildcard=wildcard, legacy=legacy)
+
+
+_LEGACY_WILDCARD = Subscription(frozenset(), wildcard=True, legacy=True)
+_NOTHING = Subscription(frozenset(), wildcard=False, legacy=False)

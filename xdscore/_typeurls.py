@@ -1,0 +1,184 @@
+"""The registry of xDS resource types: type URLs, short names and protocol properties.
+
+Each property here is a protocol rule the state machines look up rather than hard-code:
+
+* ``wildcard_capable``: an empty first subscription means "everything" (legacy wildcard).
+  Only the types Envoy subscribes to without names have it (LDS, CDS, SRDS).
+* ``sotw_full_state``: in State-of-the-World every response carries the complete set and
+  absence means deletion (LDS, CDS, SRDS). Other types are answered per name.
+* ``rank``: the make-before-break order for additions on ADS; lower ranks go first.
+* ``delta_only``: the type exists only on the incremental protocol (VHDS, LEDS).
+
+Type URLs that are not registered are still served: they behave like a named, per-resource
+type (not wildcard-capable, not full state) ordered after every registered type.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import attrs
+
+__all__ = [
+    "CLUSTER",
+    "ENDPOINT",
+    "EXTENSION_CONFIG",
+    "LBENDPOINT",
+    "LISTENER",
+    "ROUTE",
+    "RUNTIME",
+    "SCOPED_ROUTE",
+    "SECRET",
+    "TYPE_URL_PREFIX",
+    "VIRTUAL_HOST",
+    "TypeInfo",
+    "all_types",
+    "by_short_name",
+    "type_info",
+]
+
+TYPE_URL_PREFIX = "type.googleapis.com/"
+
+LISTENER = TYPE_URL_PREFIX + "envoy.config.listener.v3.Listener"
+ROUTE = TYPE_URL_PREFIX + "envoy.config.route.v3.RouteConfiguration"
+SCOPED_ROUTE = TYPE_URL_PREFIX + "envoy.config.route.v3.ScopedRouteConfiguration"
+VIRTUAL_HOST = TYPE_URL_PREFIX + "envoy.config.route.v3.VirtualHost"
+CLUSTER = TYPE_URL_PREFIX + "envoy.config.cluster.v3.Cluster"
+ENDPOINT = TYPE_URL_PREFIX + "envoy.config.endpoint.v3.ClusterLoadAssignment"
+LBENDPOINT = TYPE_URL_PREFIX + "envoy.config.endpoint.v3.LbEndpoint"
+SECRET = TYPE_URL_PREFIX + "envoy.extensions.transport_sockets.tls.v3.Secret"
+RUNTIME = TYPE_URL_PREFIX + "envoy.service.runtime.v3.Runtime"
+EXTENSION_CONFIG = TYPE_URL_PREFIX + "envoy.config.core.v3.TypedExtensionConfig"
+
+
+@attrs.frozen(kw_only=True)
+class TypeInfo:
+    """Protocol properties of one resource type."""
+
+    type_url: str
+    short_name: str
+    wildcard_capable: bool = False
+    sotw_full_state: bool = False
+    delta_only: bool = False
+    rank: int = 100
+    service: str | None = None
+    """Fully qualified per-type discovery service, when the type has one."""
+    sotw_method: str | None = None
+    delta_method: str | None = None
+    fetch_method: str | None = None
+
+    @property
+    def message_name(self) -> str:
+        """The protobuf full name of the resource message."""
+        return self.type_url.removeprefix(TYPE_URL_PREFIX)
+
+
+def _sotw_service(service: str, stem: str) -> dict[str, str]:
+    return {
+        "service": service,
+        "sotw_method": f"Stream{stem}",
+        "delta_method": f"Delta{stem}",
+        "fetch_method": f"Fetch{stem}",
+    }
+
+
+_REGISTRY: tuple[TypeInfo, ...] = (
+    TypeInfo(
+        type_url=CLUSTER,
+        short_name="cds",
+        wildcard_capable=True,
+        sotw_full_state=True,
+        rank=10,
+        **_sotw_service("envoy.service.cluster.v3.ClusterDiscoveryService", "Clusters"),
+    ),
+    TypeInfo(
+        type_url=ENDPOINT,
+        short_name="eds",
+        rank=20,
+        **_sotw_service("envoy.service.endpoint.v3.EndpointDiscoveryService", "Endpoints"),
+    ),
+    TypeInfo(
+        type_url=LBENDPOINT,
+        short_name="leds",
+        delta_only=True,
+        rank=25,
+        service="envoy.service.endpoint.v3.LocalityEndpointDiscoveryService",
+        delta_method="DeltaLocalityEndpoints",
+    ),
+    TypeInfo(
+        type_url=LISTENER,
+        short_name="lds",
+        wildcard_capable=True,
+        sotw_full_state=True,
+        rank=30,
+        **_sotw_service("envoy.service.listener.v3.ListenerDiscoveryService", "Listeners"),
+    ),
+    TypeInfo(
+        type_url=ROUTE,
+        short_name="rds",
+        rank=40,
+        **_sotw_service("envoy.service.route.v3.RouteDiscoveryService", "Routes"),
+    ),
+    TypeInfo(
+        type_url=SCOPED_ROUTE,
+        short_name="srds",
+        wildcard_capable=True,
+        sotw_full_state=True,
+        rank=45,
+        **_sotw_service("envoy.service.route.v3.ScopedRoutesDiscoveryService", "ScopedRoutes"),
+    ),
+    TypeInfo(
+        type_url=VIRTUAL_HOST,
+        short_name="vhds",
+        delta_only=True,
+        rank=50,
+        service="envoy.service.route.v3.VirtualHostDiscoveryService",
+        delta_method="DeltaVirtualHosts",
+    ),
+    TypeInfo(
+        type_url=SECRET,
+        short_name="sds",
+        rank=5,
+        **_sotw_service("envoy.service.secret.v3.SecretDiscoveryService", "Secrets"),
+    ),
+    TypeInfo(
+        type_url=RUNTIME,
+        short_name="rtds",
+        rank=60,
+        **_sotw_service("envoy.service.runtime.v3.RuntimeDiscoveryService", "Runtime"),
+    ),
+    TypeInfo(
+        type_url=EXTENSION_CONFIG,
+        short_name="ecds",
+        rank=35,
+        **_sotw_service(
+            "envoy.service.extension.v3.ExtensionConfigDiscoveryService", "ExtensionConfigs"
+        ),
+    ),
+)
+
+_BY_URL = {info.type_url: info for info in _REGISTRY}
+_BY_SHORT = {info.short_name: info for info in _REGISTRY}
+
+
+def type_info(type_url: str) -> TypeInfo:
+    """Properties of ``type_url``; unregistered URLs get the defaults of a named type."""
+    info = _BY_URL.get(type_url)
+    if info is None:
+        short = type_url.rsplit(".", 1)[-1] if type_url else "?"
+        info = TypeInfo(type_url=type_url, short_name=short, rank=1000)
+    return info
+
+
+def by_short_name(short_name: str) -> TypeInfo:
+    """Look a registered type up by its short name (``cds``, ``eds``, ...)."""
+    try:
+        return _BY_SHORT[short_name]
+    except KeyError:
+        known = ", ".join(sorted(_BY_SHORT))
+        raise KeyError(f"unknown xDS short name {short_name!r}; known: {known}") from None
+
+
+def all_types() -> Iterator[TypeInfo]:
+    """Every registered type, in make-before-break order."""
+    return iter(sorted(_REGISTRY, key=lambda info: info.rank))

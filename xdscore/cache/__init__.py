@@ -1,0 +1,17 @@
+"""Caches: what each client should have, read synchronously and watched level-triggered."""
+
+from ._interface import Cache, Cancel, Notify
+from ._snapshot import Inconsistency, Snapshot, SnapshotError
+from ._snapshot_cache import SnapshotCache, by_node_id, same_for_all
+
+__all__ = [
+    "Cache",
+    "Cancel",
+    "Inconsistency",
+    "Notify",
+    "Snapshot",
+    "SnapshotCache",
+    "SnapshotError",
+    "by_node_id",
+    "same_for_all",
+]

@@ -1,0 +1,81 @@
+"""A cache of snapshots keyed by a node-grouping function."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+
+from .._records import Node
+from ._interface import Cancel, Notify
+from ._snapshot import Snapshot, SnapshotError
+from ._watchers import Watchers
+
+__all__ = ["SnapshotCache", "by_node_id", "same_for_all"]
+
+NodeGroup = Callable[[Node], Hashable]
+
+
+def by_node_id(node: Node) -> Hashable:
+    """Group clients by ``node.id``: each proxy gets the snapshot set for its id."""
+    return node.id
+
+
+def same_for_all(node: Node) -> Hashable:
+    """Put every client in one group: all get the snapshot set for key ``None``."""
+    return None
+
+
+class SnapshotCache:
+    """Snapshots per group of clients; ``group`` maps a node to its group's key.
+
+    A client whose group has no snapshot is sent nothing until one is set.
+    ``set_snapshot`` replaces the group's snapshot atomically and tells that group's streams
+    to look again; it never waits for them. Call it from the event loop's thread.
+    """
+
+    def __init__(self, *, group: NodeGroup = by_node_id, check_consistency: bool = False):
+        self._group = group
+        self._check = check_consistency
+        self._snapshots: dict[Hashable, Snapshot] = {}
+        self._watchers = Watchers()
+
+    def key(self, node: Node) -> Hashable:
+        """The group key of ``node``."""
+        return self._group(node)
+
+    def set_snapshot(self, key: Hashable, snapshot: Snapshot) -> None:
+        """Serve ``snapshot`` to the group ``key``.
+
+        With ``check_consistency`` a snapshot with dangling references is refused
+        (:class:`SnapshotError`) and the previous one stays.
+        """
+        if self._check:
+            problems = snapshot.inconsistencies()
+            if problems:
+                raise SnapshotError("; ".join(str(problem) for problem in problems))
+        self._snapshots[key] = snapshot
+        self._watchers.notify(key)
+
+    def clear_snapshot(self, key: Hashable) -> None:
+        """Forget the group's snapshot; its clients keep what they have and get nothing new."""
+        self._snapshots.pop(key, None)
+        self._watchers.notify(key)
+
+    def snapshot(self, key: Hashable) -> Snapshot | None:
+        """The snapshot served to group ``key``, if any."""
+        return self._snapshots.get(key)
+
+    def keys(self) -> list[Hashable]:
+        """Every group key that has a snapshot."""
+        return list(self._snapshots)
+
+    def view(self, node: Node) -> Snapshot | None:
+        """The snapshot for ``node``'s group."""
+        return self._snapshots.get(self._group(node))
+
+    def watch(self, node: Node, notify: Notify) -> Cancel:
+        """Call ``notify`` when ``node``'s group gets a new snapshot."""
+        return self._watchers.add(self._group(node), notify)
+
+    def watcher_count(self) -> int:
+        """How many streams are watching (for status pages and tests)."""
+        return self._watchers.count()

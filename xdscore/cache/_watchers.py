@@ -1,0 +1,60 @@
+"""Level-triggered notification: a set of callbacks per key, called synchronously."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Hashable
+
+from ._interface import Cancel, Notify
+
+__all__ = ["Watchers"]
+
+log = logging.getLogger("xdscore.cache")
+
+
+class Watchers:
+    """Callbacks grouped by key. Notifying never blocks and survives a failing callback."""
+
+    __slots__ = ("_by_key",)
+
+    def __init__(self) -> None:
+        self._by_key: dict[Hashable, dict[int, Notify]] = {}
+
+    def add(self, key: Hashable, notify: Notify) -> Cancel:
+        """Register ``notify`` under ``key``; the returned callable removes it."""
+        group = self._by_key.setdefault(key, {})
+        token = id(notify)
+        while token in group:
+            token += 1
+        group[token] = notify
+
+        def cancel() -> None:
+            current = self._by_key.get(key)
+            if current is not None and current.pop(token, None) is not None and not current:
+                del self._by_key[key]
+
+        return cancel
+
+    def notify(self, key: Hashable) -> None:
+        """Call every callback registered under ``key``."""
+        for callback in list(self._by_key.get(key, {}).values()):
+            _call(callback)
+
+    def notify_all(self) -> None:
+        """Call every callback under every key."""
+        for group in list(self._by_key.values()):
+            for callback in list(group.values()):
+                _call(callback)
+
+    def count(self, key: Hashable | None = None) -> int:
+        """How many callbacks are registered (under ``key``, or in all)."""
+        if key is not None:
+            return len(self._by_key.get(key, {}))
+        return sum(len(group) for group in self._by_key.values())
+
+
+def _call(callback: Notify) -> None:
+    try:
+        callback()
+    except Exception:
+        log.exception("cache watcher callback failed; other watchers are still notified")

@@ -1,0 +1,66 @@
+"""Hooks for users: what happens on each stream, reported synchronously."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import attrs
+
+from .._events import Event, ResponseAcked, ResponseNacked
+from .._records import DeltaDiscoveryRequest, DiscoveryRequest, Node
+
+if TYPE_CHECKING:
+    from .._sotw import SotwResponse
+
+__all__ = ["ServerCallbacks", "StreamInfo"]
+
+
+@attrs.define(kw_only=True, eq=False)
+class StreamInfo:
+    """One gRPC stream as the callbacks see it. ``node`` is set by the first request."""
+
+    id: int
+    protocol: str
+    """``"sotw"`` or ``"delta"``."""
+    type_url: str | None
+    """The type of a per-type service; ``None`` on ADS."""
+    peer: str = ""
+    node: Node | None = None
+    opened_at: float = 0.0
+    """``time.monotonic()`` when the stream opened."""
+
+    @property
+    def aggregated(self) -> bool:
+        """True on ADS."""
+        return self.type_url is None
+
+
+class ServerCallbacks:
+    """Subclass and override what you need; every method is a no-op here.
+
+    Callbacks run synchronously on the event loop, so keep them short. Raising a
+    :class:`~xdscore.RemoteProtocolError` from one ends that stream with its status (for
+    instance to refuse a node in :meth:`on_request`); any other exception is logged and the
+    stream carries on.
+    """
+
+    def on_stream_open(self, stream: StreamInfo) -> None:
+        """A stream opened (its node is not known yet)."""
+
+    def on_stream_close(self, stream: StreamInfo, error: BaseException | None) -> None:
+        """A stream ended; ``error`` is why, if it did not end cleanly."""
+
+    def on_request(self, stream: StreamInfo, request: DiscoveryRequest | DeltaDiscoveryRequest) -> None:
+        """A request arrived, before the state machine applied it."""
+
+    def on_event(self, stream: StreamInfo, event: Event) -> None:
+        """The state machine reported ``event`` (every kind, ACKs and NACKs included)."""
+
+    def on_ack(self, stream: StreamInfo, event: ResponseAcked) -> None:
+        """The client applied a response."""
+
+    def on_nack(self, stream: StreamInfo, event: ResponseNacked) -> None:
+        """The client rejected a response; ``event.error`` says why."""
+
+    def on_response(self, stream: StreamInfo, response: SotwResponse) -> None:
+        """A response was written to the stream."""

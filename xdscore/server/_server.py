@@ -1,0 +1,205 @@
+"""The server runtime: connects each stream's state machine to a cache, on anyio.
+
+Each stream runs two tasks under one task group: one reads requests and feeds them to the
+machine, the other sends whatever the machine says is due whenever a request arrived or
+the cache changed. Both wake-ups are level-triggered flags, so a client that reads slowly
+gets the latest state when it is ready, never a backlog. The runtime holds no protocol
+rule; it only moves requests in and responses out.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, Protocol, TypeVar
+
+import anyio
+
+from .._errors import GrpcStatus, ProtocolError, RemoteProtocolError
+from .._events import Event, NodeIdentified, ResponseAcked, ResponseNacked
+from .._limits import StreamLimits
+from .._sotw import SotwResponse, SotwServerStream
+from .._view import ResourceView
+from ..cache._interface import Cache, Cancel
+from ..wire._codec import encode_sotw_response
+from ._callbacks import ServerCallbacks, StreamInfo
+from ._wakeup import Wakeup
+
+__all__ = ["ActiveStream", "XdsServer"]
+
+log = logging.getLogger("xdscore.server")
+
+_Request = TypeVar("_Request")
+_Response = TypeVar("_Response")
+
+Receive = Callable[[], Awaitable[Any]]
+"""Returns the next decoded request, or ``None`` when the client closed its side."""
+Send = Callable[[bytes], Awaitable[None]]
+"""Writes one encoded response."""
+
+
+class _Machine(Protocol[_Request, _Response]):
+    def receive(self, request: _Request) -> list[Event]: ...
+
+    def poll(self, view: ResourceView | None) -> list[_Response]: ...
+
+
+class ActiveStream:
+    """A stream being served: its :class:`StreamInfo` and its state machine."""
+
+    __slots__ = ("info", "machine", "scope")
+
+    def __init__(self, info: StreamInfo, machine: Any, scope: anyio.CancelScope) -> None:
+        self.info = info
+        self.machine = machine
+        self.scope = scope
+
+
+class XdsServer:
+    """Serves xDS streams from ``cache``; transports call :meth:`run_sotw_stream`.
+
+    ``control_plane_id`` is sent in every response's ``control_plane.identifier``.
+    ``max_streams`` bounds concurrent streams; one more is refused with RESOURCE_EXHAUSTED.
+    """
+
+    def __init__(
+        self,
+        cache: Cache,
+        *,
+        callbacks: ServerCallbacks | None = None,
+        limits: StreamLimits | None = None,
+        control_plane_id: str = "",
+        max_streams: int = 100_000,
+    ) -> None:
+        self.cache = cache
+        self.callbacks = callbacks or ServerCallbacks()
+        self.limits = limits or StreamLimits()
+        self.control_plane_id = control_plane_id
+        self.max_streams = max_streams
+        self._ids = itertools.count(1)
+        self._streams: dict[int, ActiveStream] = {}
+        self._closed = False
+
+    def streams(self) -> Iterator[ActiveStream]:
+        """The streams being served now."""
+        return iter(list(self._streams.values()))
+
+    def close(self) -> None:
+        """End every stream and refuse new ones."""
+        self._closed = True
+        for stream in list(self._streams.values()):
+            stream.scope.cancel()
+
+    async def run_sotw_stream(
+        self, receive: Receive, send: Send, *, type_url: str | None = None, peer: str = ""
+    ) -> None:
+        """Serve one SotW stream until the client closes it; raises :class:`ProtocolError`."""
+        stream_id = next(self._ids)
+        counter = itertools.count(1)
+        machine = SotwServerStream(
+            nonce_source=lambda: f"{stream_id}.{next(counter)}",
+            type_url=type_url,
+            limits=self.limits,
+        )
+        info = StreamInfo(
+            id=stream_id, protocol="sotw", type_url=type_url, peer=peer, opened_at=time.monotonic()
+        )
+        await self._drive(info, machine, self._encode_sotw, receive, send)
+
+    def _encode_sotw(self, response: SotwResponse) -> bytes:
+        return encode_sotw_response(
+            version_info=response.version_info,
+            nonce=response.nonce,
+            body=response.selection.sotw_body,
+            control_plane=self.control_plane_id,
+        )
+
+    async def _drive(
+        self,
+        info: StreamInfo,
+        machine: _Machine[Any, Any],
+        encode: Callable[[Any], bytes],
+        receive: Receive,
+        send: Send,
+    ) -> None:
+        if self._closed:
+            raise RemoteProtocolError("the server is shutting down", GrpcStatus.UNAVAILABLE)
+        if len(self._streams) >= self.max_streams:
+            raise RemoteProtocolError(
+                f"the server is at its limit of {self.max_streams} streams",
+                GrpcStatus.RESOURCE_EXHAUSTED,
+            )
+        wake = Wakeup()
+        watch: list[Cancel] = []
+        failure: list[BaseException] = []
+        scope = anyio.CancelScope()
+        self._streams[info.id] = ActiveStream(info, machine, scope)
+
+        async def pump_requests(group: anyio.abc.TaskGroup) -> None:
+            try:
+                while True:
+                    request = await receive()
+                    if request is None:
+                        break
+                    self._callback(self.callbacks.on_request, info, request)
+                    for event in machine.receive(request):
+                        if isinstance(event, NodeIdentified):
+                            info.node = event.node
+                            watch.append(self.cache.watch(event.node, wake.set))
+                        self._dispatch(info, event)
+                    wake.set()
+            except Exception as exc:
+                failure.append(exc)
+            group.cancel_scope.cancel()
+
+        async def push_responses(group: anyio.abc.TaskGroup) -> None:
+            try:
+                while True:
+                    await wake.wait()
+                    node = info.node
+                    view = self.cache.view(node) if node is not None else None
+                    for response in machine.poll(view):
+                        await send(encode(response))
+                        self._callback(self.callbacks.on_response, info, response)
+            except Exception as exc:
+                failure.append(exc)
+            group.cancel_scope.cancel()
+
+        try:
+            self._callback(self.callbacks.on_stream_open, info)
+            with scope:
+                async with anyio.create_task_group() as group:
+                    group.start_soon(pump_requests, group)
+                    group.start_soon(push_responses, group)
+        except ProtocolError as exc:
+            failure.append(exc)
+        finally:
+            for cancel in watch:
+                cancel()
+            self._streams.pop(info.id, None)
+            error = failure[0] if failure else None
+            self._callback(self.callbacks.on_stream_close, info, error, swallow=True)
+        if failure:
+            raise failure[0]
+
+    def _dispatch(self, info: StreamInfo, event: Event) -> None:
+        self._callback(self.callbacks.on_event, info, event)
+        if isinstance(event, ResponseAcked):
+            self._callback(self.callbacks.on_ack, info, event)
+        elif isinstance(event, ResponseNacked):
+            self._callback(self.callbacks.on_nack, info, event)
+
+    @staticmethod
+    def _callback(method: Callable[..., None], *args: Any, swallow: bool = False) -> None:
+        try:
+            method(*args)
+        except ProtocolError:
+            if swallow:
+                log.exception("callback %s raised while the stream was closing", method)
+                return
+            raise
+        except Exception:
+            log.exception("callback %s failed; the stream carries on", method)
+

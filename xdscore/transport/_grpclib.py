@@ -1,0 +1,124 @@
+"""The grpclib transport: ADS and every per-type discovery service on one port.
+
+The adapter reads raw message bytes (a pass-through codec keeps grpclib from decoding
+anything), decodes them with the library's codec, hands them to :class:`XdsServer`, and
+writes the bytes the runtime gives back. Protocol errors become gRPC statuses here.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import ssl
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpclib.const
+import grpclib.server
+from grpclib.encoding.base import CodecBase
+from grpclib.exceptions import GRPCError
+
+from .._errors import ProtocolError
+from .._typeurls import all_types
+from ..server._server import XdsServer
+from ..wire._codec import decode_request
+
+__all__ = ["GrpclibTransport"]
+
+log = logging.getLogger("xdscore.transport")
+
+_ADS = "envoy.service.discovery.v3.AggregatedDiscoveryService"
+
+
+class _RawCodec(CodecBase):
+    """Hands message bytes through untouched, in both directions."""
+
+    __content_subtype__ = "proto"
+
+    def encode(self, message: Any, message_type: Any) -> bytes:
+        return bytes(message)
+
+    def decode(self, data: bytes, message_type: Any) -> Any:
+        return data
+
+
+_Handler = Callable[[grpclib.server.Stream[Any, Any]], Awaitable[None]]
+
+
+class _Services:
+    """The grpclib servable: a mapping from method paths to handlers."""
+
+    def __init__(self, mapping: dict[str, grpclib.const.Handler]) -> None:
+        self._mapping = mapping
+
+    def __mapping__(self) -> dict[str, grpclib.const.Handler]:
+        return self._mapping
+
+
+class GrpclibTransport:
+    """Serves ``server`` over HTTP/2 with grpclib; use as an async context manager."""
+
+    def __init__(self, server: XdsServer) -> None:
+        self.server = server
+        mapping: dict[str, grpclib.const.Handler] = {}
+        self._add(mapping, f"/{_ADS}/StreamAggregatedResources", self._sotw(None))
+        for info in all_types():
+            if info.service is None:
+                continue
+            if info.sotw_method is not None:
+                self._add(mapping, f"/{info.service}/{info.sotw_method}", self._sotw(info.type_url))
+        self._grpc = grpclib.server.Server([_Services(mapping)], codec=_RawCodec())
+        self.port: int | None = None
+
+    @staticmethod
+    def _add(mapping: dict[str, grpclib.const.Handler], path: str, handler: _Handler) -> None:
+        mapping[path] = grpclib.const.Handler(
+            handler, grpclib.const.Cardinality.STREAM_STREAM, None, None
+        )
+
+    def _sotw(self, type_url: str | None) -> _Handler:
+        async def handle(stream: grpclib.server.Stream[Any, Any]) -> None:
+            async def receive() -> Any:
+                data = await stream.recv_message()
+                return None if data is None else decode_request(data)
+
+            peer = _peer(stream)
+            try:
+                await self.server.run_sotw_stream(
+                    receive, stream.send_message, type_url=type_url, peer=peer
+                )
+            except ProtocolError as exc:
+                log.info("stream from %s ended: %s (%s)", peer, exc.message, exc.status.name)
+                raise GRPCError(grpclib.const.Status(exc.status.value), exc.message) from None
+
+        return handle
+
+    async def start(
+        self, host: str = "127.0.0.1", port: int = 0, *, ssl_context: ssl.SSLContext | None = None
+    ) -> int:
+        """Listen on ``host:port`` (0 picks a free port); return the bound port."""
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.create_server((host, port), family=family, backlog=1024)
+        sock.setblocking(False)
+        await self._grpc.start(sock=sock, ssl=ssl_context)
+        self.port = int(sock.getsockname()[1])
+        return self.port
+
+    async def stop(self) -> None:
+        """End every stream, stop listening and wait for the handlers to finish."""
+        self.server.close()
+        self._grpc.close()
+        await self._grpc.wait_closed()
+
+    async def __aenter__(self) -> GrpclibTransport:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+
+def _peer(stream: grpclib.server.Stream[Any, Any]) -> str:
+    address = stream.peer.addr()
+    if not address:
+        return ""
+    return f"{address[0]}:{address[1]}"
