@@ -16,6 +16,7 @@ type (not wildcard-capable, not full state) ordered after every registered type.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import attrs
 
@@ -73,29 +74,33 @@ class TypeInfo:
         return self.type_url.removeprefix(TYPE_URL_PREFIX)
 
 
-def _sotw_service(service: str, stem: str) -> dict[str, str]:
-    return {
-        "service": service,
-        "sotw_method": f"Stream{stem}",
-        "delta_method": f"Delta{stem}",
-        "fetch_method": f"Fetch{stem}",
-    }
+def _served(service: str, stem: str, **properties: Any) -> TypeInfo:
+    """A type with the usual trio of methods: ``Stream<stem>``, ``Delta<stem>``, ``Fetch<stem>``."""
+    return TypeInfo(
+        service=service,
+        sotw_method=f"Stream{stem}",
+        delta_method=f"Delta{stem}",
+        fetch_method=f"Fetch{stem}",
+        **properties,
+    )
 
 
 _REGISTRY: tuple[TypeInfo, ...] = (
-    TypeInfo(
+    _served(
+        "envoy.service.cluster.v3.ClusterDiscoveryService",
+        "Clusters",
         type_url=CLUSTER,
         short_name="cds",
         wildcard_capable=True,
         sotw_full_state=True,
         rank=10,
-        **_sotw_service("envoy.service.cluster.v3.ClusterDiscoveryService", "Clusters"),
     ),
-    TypeInfo(
+    _served(
+        "envoy.service.endpoint.v3.EndpointDiscoveryService",
+        "Endpoints",
         type_url=ENDPOINT,
         short_name="eds",
         rank=20,
-        **_sotw_service("envoy.service.endpoint.v3.EndpointDiscoveryService", "Endpoints"),
     ),
     TypeInfo(
         type_url=LBENDPOINT,
@@ -105,27 +110,30 @@ _REGISTRY: tuple[TypeInfo, ...] = (
         service="envoy.service.endpoint.v3.LocalityEndpointDiscoveryService",
         delta_method="DeltaLocalityEndpoints",
     ),
-    TypeInfo(
+    _served(
+        "envoy.service.listener.v3.ListenerDiscoveryService",
+        "Listeners",
         type_url=LISTENER,
         short_name="lds",
         wildcard_capable=True,
         sotw_full_state=True,
         rank=30,
-        **_sotw_service("envoy.service.listener.v3.ListenerDiscoveryService", "Listeners"),
     ),
-    TypeInfo(
+    _served(
+        "envoy.service.route.v3.RouteDiscoveryService",
+        "Routes",
         type_url=ROUTE,
         short_name="rds",
         rank=40,
-        **_sotw_service("envoy.service.route.v3.RouteDiscoveryService", "Routes"),
     ),
-    TypeInfo(
+    _served(
+        "envoy.service.route.v3.ScopedRoutesDiscoveryService",
+        "ScopedRoutes",
         type_url=SCOPED_ROUTE,
         short_name="srds",
         wildcard_capable=True,
         sotw_full_state=True,
         rank=45,
-        **_sotw_service("envoy.service.route.v3.ScopedRoutesDiscoveryService", "ScopedRoutes"),
     ),
     TypeInfo(
         type_url=VIRTUAL_HOST,
@@ -135,25 +143,26 @@ _REGISTRY: tuple[TypeInfo, ...] = (
         service="envoy.service.route.v3.VirtualHostDiscoveryService",
         delta_method="DeltaVirtualHosts",
     ),
-    TypeInfo(
+    _served(
+        "envoy.service.secret.v3.SecretDiscoveryService",
+        "Secrets",
         type_url=SECRET,
         short_name="sds",
         rank=5,
-        **_sotw_service("envoy.service.secret.v3.SecretDiscoveryService", "Secrets"),
     ),
-    TypeInfo(
+    _served(
+        "envoy.service.runtime.v3.RuntimeDiscoveryService",
+        "Runtime",
         type_url=RUNTIME,
         short_name="rtds",
         rank=60,
-        **_sotw_service("envoy.service.runtime.v3.RuntimeDiscoveryService", "Runtime"),
     ),
-    TypeInfo(
+    _served(
+        "envoy.service.extension.v3.ExtensionConfigDiscoveryService",
+        "ExtensionConfigs",
         type_url=EXTENSION_CONFIG,
         short_name="ecds",
         rank=35,
-        **_sotw_service(
-            "envoy.service.extension.v3.ExtensionConfigDiscoveryService", "ExtensionConfigs"
-        ),
     ),
 )
 

@@ -39,7 +39,7 @@ def _ads_source() -> config_source_pb2.ConfigSource:
 
 def _pack(message: object) -> any_pb2.Any:
     packed = any_pb2.Any()
-    packed.Pack(message)  # type: ignore[arg-type]
+    packed.Pack(message)
     return packed
 
 

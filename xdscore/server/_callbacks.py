@@ -50,7 +50,9 @@ class ServerCallbacks:
     def on_stream_close(self, stream: StreamInfo, error: BaseException | None) -> None:
         """A stream ended; ``error`` is why, if it did not end cleanly."""
 
-    def on_request(self, stream: StreamInfo, request: DiscoveryRequest | DeltaDiscoveryRequest) -> None:
+    def on_request(
+        self, stream: StreamInfo, request: DiscoveryRequest | DeltaDiscoveryRequest
+    ) -> None:
         """A request arrived, before the state machine applied it."""
 
     def on_event(self, stream: StreamInfo, event: Event) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, Protocol, TypeVar
 
 import anyio
@@ -31,8 +31,8 @@ __all__ = ["ActiveStream", "XdsServer"]
 
 log = logging.getLogger("xdscore.server")
 
-_Request = TypeVar("_Request")
-_Response = TypeVar("_Response")
+_Request = TypeVar("_Request", contravariant=True)
+_Response = TypeVar("_Response", covariant=True)
 
 Receive = Callable[[], Awaitable[Any]]
 """Returns the next decoded request, or ``None`` when the client closed its side."""
@@ -43,7 +43,7 @@ Send = Callable[[bytes], Awaitable[None]]
 class _Machine(Protocol[_Request, _Response]):
     def receive(self, request: _Request) -> list[Event]: ...
 
-    def poll(self, view: ResourceView | None) -> list[_Response]: ...
+    def poll(self, view: ResourceView | None) -> Sequence[_Response]: ...
 
 
 class ActiveStream:
@@ -202,4 +202,3 @@ class XdsServer:
             raise
         except Exception:
             log.exception("callback %s failed; the stream carries on", method)
-

@@ -241,7 +241,7 @@ class Envoy:
 
         def fetch() -> str:
             request = urllib.request.Request(url, method=method)
-            with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310
+            with urllib.request.urlopen(request, timeout=10) as response:
                 return str(response.read().decode(errors="replace"))
 
         return await anyio.to_thread.run_sync(fetch)

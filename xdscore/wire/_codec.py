@@ -59,9 +59,9 @@ def _node(message: base_pb2.Node) -> Node:
     return node
 
 
-def _error(message: discovery_pb2.DiscoveryRequest | discovery_pb2.DeltaDiscoveryRequest) -> (
-    ErrorDetail | None
-):
+def _error(
+    message: discovery_pb2.DiscoveryRequest | discovery_pb2.DeltaDiscoveryRequest,
+) -> ErrorDetail | None:
     if not message.HasField("error_detail"):
         return None
     return ErrorDetail(code=message.error_detail.code, message=message.error_detail.message)
@@ -71,9 +71,7 @@ def _parse(cls: type[discovery_pb2.DiscoveryRequest], data: bytes, what: str) ->
     try:
         return cls.FromString(data)
     except DecodeError as exc:
-        raise RemoteProtocolError(
-            f"malformed {what}: {exc}", GrpcStatus.INVALID_ARGUMENT
-        ) from None
+        raise RemoteProtocolError(f"malformed {what}: {exc}", GrpcStatus.INVALID_ARGUMENT) from None
 
 
 def decode_request(data: bytes) -> DiscoveryRequest:
@@ -178,7 +176,8 @@ def encode_request(request: DiscoveryRequest) -> bytes:
     if request.error_detail is not None:
         message.error_detail.code = request.error_detail.code
         message.error_detail.message = request.error_detail.message
-    return message.SerializeToString()
+    data: bytes = message.SerializeToString()
+    return data
 
 
 def encode_delta_request(request: DeltaDiscoveryRequest) -> bytes:
@@ -196,12 +195,13 @@ def encode_delta_request(request: DeltaDiscoveryRequest) -> bytes:
     if request.error_detail is not None:
         message.error_detail.code = request.error_detail.code
         message.error_detail.message = request.error_detail.message
-    return message.SerializeToString()
+    data: bytes = message.SerializeToString()
+    return data
 
 
 def node_from_fields(
     *,
-    id: str,  # noqa: A002 - the spec's field name
+    id: str,
     cluster: str = "",
     user_agent_name: str = "",
     client_features: Iterable[str] = (),

@@ -56,7 +56,7 @@ def _import_all_protos() -> None:
             if module.name.endswith("_pb2"):
                 try:
                     importlib.import_module(module.name)
-                except Exception:  # noqa: S112 - a broken optional module must not stop the rest
+                except Exception:
                     continue
     _all_imported = True
 

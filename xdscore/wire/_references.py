@@ -78,9 +78,10 @@ def _unpack(message: any_pb2.Any, cls: type[_M]) -> _M | None:
     if message.type_url != "type.googleapis.com/" + cls.DESCRIPTOR.full_name:
         return None
     try:
-        return cls.FromString(message.value)
+        parsed: _M = cls.FromString(message.value)
     except DecodeError:
         return None
+    return parsed
 
 
 def _listener(body: bytes) -> Iterator[Reference]:
@@ -113,9 +114,7 @@ def _network_filter(config: any_pb2.Any, where: str) -> Iterator[Reference]:
             yield Reference(CLUSTER, weighted.name, f"{where}.tcp_proxy.weighted_clusters")
 
 
-def _http_connection_manager(
-    hcm: hcm_pb2.HttpConnectionManager, where: str
-) -> Iterator[Reference]:
+def _http_connection_manager(hcm: hcm_pb2.HttpConnectionManager, where: str) -> Iterator[Reference]:
     if hcm.HasField("rds") and hcm.rds.route_config_name:
         yield Reference(ROUTE, hcm.rds.route_config_name, f"{where}.rds")
     if hcm.HasField("route_config"):
@@ -191,9 +190,11 @@ def _cluster(body: bytes) -> Iterator[Reference]:
     if cluster.WhichOneof("cluster_discovery_type") == "type" and cluster.type == _EDS:
         service = cluster.eds_cluster_config.service_name or cluster.name
         yield Reference(ENDPOINT, service, "eds_cluster_config.service_name")
-    sockets = [("transport_socket", cluster.transport_socket)] if cluster.HasField(
-        "transport_socket"
-    ) else []
+    sockets = (
+        [("transport_socket", cluster.transport_socket)]
+        if cluster.HasField("transport_socket")
+        else []
+    )
     sockets += [
         (f"transport_socket_matches[{match.name}]", match.transport_socket)
         for match in cluster.transport_socket_matches

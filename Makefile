@@ -1,0 +1,50 @@
+# xdscore developer tasks. Every target creates the virtualenv it needs from pyproject.toml.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: venv demo test lint typecheck unit integration test-deep bench format clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+## A control plane, a real Envoy and a backend: traffic, then a live config edit.
+demo: venv
+	$(PY) examples/demo.py
+
+## The whole suite: lint, types, unit, property and integration tests (real Envoy, real gRPC).
+test: venv lint typecheck
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: venv
+	$(PY) -m ruff check xdscore tests examples benchmarks
+	$(PY) -m ruff format --check xdscore tests examples benchmarks
+
+typecheck: venv
+	$(PY) -m mypy --strict xdscore
+
+unit: venv
+	$(PY) -m pytest tests/unit tests/property $(PYTEST_ARGS)
+
+integration: venv
+	$(PY) -m pytest tests/integration tests/fault $(PYTEST_ARGS)
+
+## Property tests with the deep hypothesis profile (long; not run in CI).
+test-deep: venv
+	HYPOTHESIS_PROFILE=deep $(PY) -m pytest tests/property $(PYTEST_ARGS)
+
+bench: venv
+	$(PY) benchmarks/run.py
+
+format: venv
+	$(PY) -m ruff format xdscore tests examples benchmarks
+	$(PY) -m ruff check --fix xdscore tests examples benchmarks
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
