@@ -20,8 +20,10 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
 from google.protobuf import any_pb2, duration_pb2
 
 __all__ = [
+    "ads_source",
     "api_listener",
     "eds_cluster",
+    "grpc_source",
     "http_listener",
     "load_assignment",
     "route_configuration",
@@ -30,11 +32,24 @@ __all__ = [
 Endpoint = tuple[str, int]
 
 
-def _ads_source() -> config_source_pb2.ConfigSource:
+def ads_source() -> config_source_pb2.ConfigSource:
+    """Fetch over the aggregated stream (ADS) the client bootstrapped with."""
     return config_source_pb2.ConfigSource(
         ads=config_source_pb2.AggregatedConfigSource(),
         resource_api_version=config_source_pb2.ApiVersion.V3,
     )
+
+
+def grpc_source(
+    cluster: str = "xds_cluster", *, delta: bool = False
+) -> config_source_pb2.ConfigSource:
+    """Fetch over the type's own discovery service on the bootstrap cluster ``cluster``."""
+    source = config_source_pb2.ConfigSource(resource_api_version=config_source_pb2.ApiVersion.V3)
+    api = source.api_config_source
+    api.api_type = api.ApiType.DELTA_GRPC if delta else api.ApiType.GRPC
+    api.transport_api_version = config_source_pb2.ApiVersion.V3
+    api.grpc_services.add().envoy_grpc.cluster_name = cluster
+    return source
 
 
 def _pack(message: object) -> any_pb2.Any:
@@ -55,15 +70,16 @@ def eds_cluster(
     connect_timeout: float = 1.0,
     service_name: str = "",
     http2: bool = False,
+    source: config_source_pb2.ConfigSource | None = None,
 ) -> cluster_pb2.Cluster:
-    """A round-robin cluster whose endpoints come from EDS over ADS."""
+    """A round-robin cluster whose endpoints come from EDS (over ADS unless ``source``)."""
     cluster = cluster_pb2.Cluster(
         name=name,
         type=cluster_pb2.Cluster.DiscoveryType.EDS,
         connect_timeout=_duration(connect_timeout),
         lb_policy=cluster_pb2.Cluster.LbPolicy.ROUND_ROBIN,
     )
-    cluster.eds_cluster_config.eds_config.CopyFrom(_ads_source())
+    cluster.eds_cluster_config.eds_config.CopyFrom(source or ads_source())
     if service_name:
         cluster.eds_cluster_config.service_name = service_name
     if http2:
@@ -102,10 +118,12 @@ def load_assignment(
     return endpoint_pb2.ClusterLoadAssignment(cluster_name=cluster_name, endpoints=[group])
 
 
-def _connection_manager(route_config_name: str, stat_prefix: str) -> hcm_pb2.HttpConnectionManager:
+def _connection_manager(
+    route_config_name: str, stat_prefix: str, source: config_source_pb2.ConfigSource | None
+) -> hcm_pb2.HttpConnectionManager:
     manager = hcm_pb2.HttpConnectionManager(stat_prefix=stat_prefix)
     manager.rds.route_config_name = route_config_name
-    manager.rds.config_source.CopyFrom(_ads_source())
+    manager.rds.config_source.CopyFrom(source or ads_source())
     router = manager.http_filters.add()
     router.name = "envoy.filters.http.router"
     router.typed_config.CopyFrom(_pack(router_pb2.Router()))
@@ -113,10 +131,15 @@ def _connection_manager(route_config_name: str, stat_prefix: str) -> hcm_pb2.Htt
 
 
 def http_listener(
-    name: str, port: int, route_config_name: str, *, address: str = "127.0.0.1"
+    name: str,
+    port: int,
+    route_config_name: str,
+    *,
+    address: str = "127.0.0.1",
+    source: config_source_pb2.ConfigSource | None = None,
 ) -> listener_pb2.Listener:
-    """An HTTP listener on ``address:port`` whose routes come from RDS over ADS."""
-    manager = _connection_manager(route_config_name, stat_prefix=name)
+    """An HTTP listener on ``address:port`` whose routes come from RDS (over ADS by default)."""
+    manager = _connection_manager(route_config_name, name, source)
     chain = listener_components_pb2.FilterChain()
     network_filter = chain.filters.add()
     network_filter.name = "envoy.filters.network.http_connection_manager"
@@ -132,7 +155,7 @@ def http_listener(
 
 def api_listener(name: str, route_config_name: str) -> listener_pb2.Listener:
     """The listener a proxyless gRPC client asks for (its name is the ``xds:///`` target)."""
-    manager = _connection_manager(route_config_name, stat_prefix=name)
+    manager = _connection_manager(route_config_name, name, None)
     return listener_pb2.Listener(
         name=name, api_listener=api_listener_pb2.ApiListener(api_listener=_pack(manager))
     )
