@@ -86,9 +86,11 @@ class Snapshot:
 
     def __repr__(self) -> str:
         counts = ", ".join(
-            f"{type_info(url).short_name}={len(names)}" for url, names in self._by_type.items()
+            f"{type_info(url).short_name}={len(names)}"
+            for url, names in self._by_type.items()
+            if names
         )
-        return f"<Snapshot {counts}>"
+        return f"<Snapshot {counts or 'empty'}>"
 
     def select(self, type_url: str, subscription: Subscription) -> Selection:
         """The resources of ``type_url`` that ``subscription`` selects (memoised)."""

@@ -17,7 +17,13 @@ from google.protobuf.message import DecodeError, Message
 from .._resource import Resource
 from .._typeurls import ENDPOINT, TYPE_URL_PREFIX, type_info
 
-__all__ = ["decode_resource", "make_resource", "message_class", "resource_name"]
+__all__ = [
+    "decode_resource",
+    "import_all_protos",
+    "make_resource",
+    "message_class",
+    "resource_name",
+]
 
 _NAME_FIELDS = {ENDPOINT: "cluster_name"}
 
@@ -30,7 +36,7 @@ def message_class(type_url: str) -> type[Message]:
         return database.GetSymbol(full_name)  # type: ignore[no-any-return]
     except KeyError:
         pass
-    _import_all_protos()
+    import_all_protos()
     try:
         return database.GetSymbol(full_name)  # type: ignore[no-any-return]
     except KeyError:
@@ -40,7 +46,7 @@ def message_class(type_url: str) -> type[Message]:
 _all_imported = False
 
 
-def _import_all_protos() -> None:
+def import_all_protos() -> None:
     """Register every Envoy, xDS and UDPA message (about 0.7 s, once per process)."""
     global _all_imported
     if _all_imported:

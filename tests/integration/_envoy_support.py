@@ -1,0 +1,316 @@
+"""Helpers for the real-Envoy integration tests: a recording callbacks object, snapshot
+builders for a one-listener/one-route setup, traffic probes and config_dump readers."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import anyio
+import attrs
+
+from xdscore import (
+    CLUSTER,
+    ENDPOINT,
+    LISTENER,
+    ROUTE,
+    DeltaDiscoveryRequest,
+    DiscoveryRequest,
+    Event,
+    ResponseAcked,
+    ResponseNacked,
+    ServerCallbacks,
+    Snapshot,
+    SotwResponse,
+    StreamInfo,
+)
+from xdscore import builders as b
+from xdscore.testing import Envoy, http_get
+
+__all__ = [
+    "ALL_TYPES",
+    "Recorder",
+    "TrafficLog",
+    "cds_version",
+    "cluster_versions",
+    "get",
+    "lds_version",
+    "make_snapshot",
+    "route_versions",
+    "short",
+    "wait_traffic",
+]
+
+ALL_TYPES = (CLUSTER, ENDPOINT, LISTENER, ROUTE)
+
+
+def short(type_url: str) -> str:
+    """``Cluster`` for the cluster type URL, and so on (for messages)."""
+    return type_url.rsplit(".", 1)[-1]
+
+
+@attrs.define
+class Entry:
+    """One thing the server reported: ``kind`` is open/close/request/response/ack/nack/event."""
+
+    kind: str
+    stream: StreamInfo
+    item: Any
+    at: float = attrs.field(factory=time.monotonic)
+
+    @property
+    def type_url(self) -> str | None:
+        return getattr(self.item, "type_url", None)
+
+
+class Recorder(ServerCallbacks):
+    """Records every callback in order, so tests can assert on the observed sequence.
+
+    Several servers (before and after a control-plane restart) may share one recorder.
+    """
+
+    def __init__(self) -> None:
+        self.entries: list[Entry] = []
+
+    # -- callbacks ---------------------------------------------------------------------------
+
+    def on_stream_open(self, stream: StreamInfo) -> None:
+        self.entries.append(Entry("open", stream, None))
+
+    def on_stream_close(self, stream: StreamInfo, error: BaseException | None) -> None:
+        self.entries.append(Entry("close", stream, error))
+
+    def on_request(
+        self, stream: StreamInfo, request: DiscoveryRequest | DeltaDiscoveryRequest
+    ) -> None:
+        self.entries.append(Entry("request", stream, request))
+
+    def on_event(self, stream: StreamInfo, event: Event) -> None:
+        self.entries.append(Entry("event", stream, event))
+
+    def on_ack(self, stream: StreamInfo, event: ResponseAcked) -> None:
+        self.entries.append(Entry("ack", stream, event))
+
+    def on_nack(self, stream: StreamInfo, event: ResponseNacked) -> None:
+        self.entries.append(Entry("nack", stream, event))
+
+    def on_response(self, stream: StreamInfo, response: SotwResponse) -> None:
+        self.entries.append(Entry("response", stream, response))
+
+    # -- queries -----------------------------------------------------------------------------
+
+    def select(
+        self,
+        kind: str,
+        type_url: str | None = None,
+        *,
+        streams: Iterable[StreamInfo] | None = None,
+        since: int = 0,
+    ) -> list[Any]:
+        """The recorded items of ``kind`` (optionally of one type / on some streams)."""
+        ids = None if streams is None else {stream.id for stream in streams}
+        return [
+            entry.item
+            for entry in self.entries[since:]
+            if entry.kind == kind
+            and (type_url is None or entry.type_url == type_url)
+            and (ids is None or entry.stream.id in ids)
+        ]
+
+    def responses(self, type_url: str | None = None, **kw: Any) -> list[SotwResponse]:
+        return self.select("response", type_url, **kw)
+
+    def requests(self, type_url: str | None = None, **kw: Any) -> list[DiscoveryRequest]:
+        return self.select("request", type_url, **kw)
+
+    def acks(self, type_url: str | None = None, **kw: Any) -> list[ResponseAcked]:
+        return self.select("ack", type_url, **kw)
+
+    def nacks(self, type_url: str | None = None, **kw: Any) -> list[ResponseNacked]:
+        return self.select("nack", type_url, **kw)
+
+    def opened(self, since: int = 0) -> list[StreamInfo]:
+        return [entry.stream for entry in self.entries[since:] if entry.kind == "open"]
+
+    def closed(self, since: int = 0) -> list[StreamInfo]:
+        return [entry.stream for entry in self.entries[since:] if entry.kind == "close"]
+
+    def mark(self) -> int:
+        """A position in the log, for ``since=``."""
+        return len(self.entries)
+
+    def acked_versions(self, types: Iterable[str] = ALL_TYPES, since: int = 0) -> dict[str, str]:
+        """For each type whose latest response (after ``since``) is ACKed, its version.
+
+        Types still awaiting an answer, NACKed, or never sent are left out.
+        """
+        done: dict[str, str] = {}
+        for type_url in types:
+            sent = self.responses(type_url, since=since)
+            if not sent:
+                continue
+            latest = sent[-1]
+            if any(ack.nonce == latest.nonce for ack in self.acks(type_url, since=since)):
+                done[type_url] = latest.version_info
+        return done
+
+    def dump(self, since: int = 0) -> str:
+        """The log as text, for assertion messages."""
+        lines = []
+        for entry in self.entries[since:]:
+            item = entry.item
+            if entry.kind == "request":
+                detail = (
+                    f"{short(item.type_url)} v={item.version_info[:8]!r} "
+                    f"n={item.response_nonce!r} names={list(item.resource_names)}"
+                    + (" ERROR" if item.error_detail else "")
+                )
+            elif entry.kind == "response":
+                detail = (
+                    f"{short(item.type_url)} v={item.version_info[:8]!r} n={item.nonce!r} "
+                    f"[{', '.join(item.selection.resources)}]"
+                )
+            elif entry.kind in ("ack", "nack"):
+                detail = f"{short(item.type_url)} n={item.nonce!r}"
+            elif entry.kind == "event":
+                continue
+            else:
+                detail = f"type={entry.stream.type_url} {item!r}" if item else ""
+            lines.append(f"  stream {entry.stream.id} {entry.kind:8} {detail}")
+        return "\n".join(lines)
+
+
+# -- resources ------------------------------------------------------------------------------
+
+
+def make_snapshot(
+    listener_port: int,
+    backends: Mapping[str, int],
+    route_cluster: str,
+    *,
+    headers: dict[str, str] | None = None,
+    per_type: bool = False,
+    connect_timeouts: Mapping[str, float] | None = None,
+) -> Snapshot:
+    """One listener on ``listener_port`` whose route ``route_0`` sends ``/`` to
+    ``route_cluster``; one EDS cluster per ``backends`` entry (name -> port).
+
+    ``per_type`` makes EDS and RDS come from their own services instead of ADS.
+    """
+    source = b.grpc_source() if per_type else None
+    timeouts = connect_timeouts or {}
+    resources: list[Any] = []
+    for name, port in backends.items():
+        resources.append(
+            b.eds_cluster(name, source=source, connect_timeout=timeouts.get(name, 1.0))
+        )
+        resources.append(b.load_assignment(name, [("127.0.0.1", port)]))
+    resources.append(b.http_listener("listener_0", listener_port, "route_0", source=source))
+    resources.append(
+        b.route_configuration("route_0", [("/", route_cluster)], response_headers=headers)
+    )
+    return Snapshot(resources)
+
+
+# -- traffic --------------------------------------------------------------------------------
+
+
+async def get(port: int) -> tuple[int, dict[str, str], str] | None:
+    """GET / through Envoy's listener; ``None`` if the connection failed."""
+    try:
+        return await http_get("127.0.0.1", port, timeout=3.0)
+    except OSError:
+        return None
+
+
+async def wait_traffic(
+    envoy: Envoy, port: int, body: str, *, header: tuple[str, str] | None = None
+) -> tuple[int, dict[str, str], str]:
+    """Wait until GET / through Envoy answers 200 with ``body`` (and ``header``)."""
+    seen: list[Any] = []
+
+    async def ok() -> bool:
+        result = await get(port)
+        seen.append(result)
+        if result is None or result[0] != 200 or result[2] != body:
+            return False
+        return header is None or result[1].get(header[0]) == header[1]
+
+    await envoy.wait_for(ok, what=f"traffic answering {body!r} {header} (last: {seen[-1:]})")
+    result = seen[-1]
+    assert result is not None
+    return result  # type: ignore[no-any-return]
+
+
+@attrs.define
+class TrafficLog:
+    """Sends GET / through Envoy every ``interval`` seconds until stopped, recording results."""
+
+    port: int
+    interval: float = 0.05
+    results: list[tuple[float, int | None, str]] = attrs.field(factory=list)
+    _stop: anyio.Event = attrs.field(factory=anyio.Event)
+
+    async def run(self) -> None:
+        while not self._stop.is_set():
+            result = await get(self.port)
+            if result is None:
+                self.results.append((time.monotonic(), None, ""))
+            else:
+                self.results.append((time.monotonic(), result[0], result[2]))
+            with anyio.move_on_after(self.interval):
+                await self._stop.wait()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def between(self, start: float, end: float) -> list[tuple[float, int | None, str]]:
+        return [result for result in self.results if start <= result[0] <= end]
+
+
+# -- admin ----------------------------------------------------------------------------------
+
+
+def _section(dump: Mapping[str, Any], suffix: str) -> dict[str, Any]:
+    for config in dump["configs"]:
+        if config["@type"].endswith(suffix):
+            return dict(config)
+    raise AssertionError(f"no {suffix} in config_dump")
+
+
+def cds_version(dump: Mapping[str, Any]) -> str:
+    """The version of the last CDS response Envoy accepted."""
+    return str(_section(dump, "ClustersConfigDump").get("version_info", ""))
+
+
+def lds_version(dump: Mapping[str, Any]) -> str:
+    """The version of the last LDS response Envoy accepted."""
+    return str(_section(dump, "ListenersConfigDump").get("version_info", ""))
+
+
+def cluster_versions(dump: Mapping[str, Any]) -> dict[str, str]:
+    """Dynamic active clusters: name -> the CDS version that last added or changed it."""
+    section = _section(dump, "ClustersConfigDump")
+    return {
+        item["cluster"]["name"]: item["version_info"]
+        for item in section.get("dynamic_active_clusters", [])
+    }
+
+
+def cluster_timeouts(dump: Mapping[str, Any]) -> dict[str, str]:
+    """Dynamic active clusters: name -> connect_timeout as Envoy renders it."""
+    section = _section(dump, "ClustersConfigDump")
+    return {
+        item["cluster"]["name"]: item["cluster"].get("connect_timeout", "")
+        for item in section.get("dynamic_active_clusters", [])
+    }
+
+
+def route_versions(dump: Mapping[str, Any]) -> dict[str, str]:
+    """Dynamic route configurations: name -> version."""
+    section = _section(dump, "RoutesConfigDump")
+    return {
+        item["route_config"]["name"]: item["version_info"]
+        for item in section.get("dynamic_route_configs", [])
+    }

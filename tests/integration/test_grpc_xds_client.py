@@ -1,0 +1,407 @@
+"""xdscore against gRPC's own xDS client (proxyless gRPC, the ``grpcio`` package).
+
+The client runs in a subprocess (``grpc_xds_client_main.py``) so its bootstrap environment
+variable is clean and no grpc C-core state leaks into the test process. The backends are
+grpcio servers in this process; the control plane is xdscore on the grpclib transport.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent import futures
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+
+import anyio
+import grpc  # a hard dependency of this test: missing grpcio must fail, not skip
+import pytest
+
+from xdscore import (
+    CLUSTER,
+    ENDPOINT,
+    LISTENER,
+    ROUTE,
+    WILDCARD,
+    DiscoveryRequest,
+    Event,
+    GrpclibTransport,
+    NodeIdentified,
+    ResponseAcked,
+    ResponseNacked,
+    ServerCallbacks,
+    Snapshot,
+    SnapshotCache,
+    SotwResponse,
+    StreamInfo,
+    SubscriptionChanged,
+    XdsServer,
+    same_for_all,
+)
+from xdscore import builders as b
+
+pytestmark = [pytest.mark.anyio, pytest.mark.grpc_client]
+
+TARGET = "echo.test"
+ROUTE_NAME = "echo-route"
+SERVICE, METHOD_NAME = "demo.Echo", "Say"
+METHOD = f"/{SERVICE}/{METHOD_NAME}"
+NODE_ID = "grpc-client"
+HELPER = Path(__file__).with_name("grpc_xds_client_main.py")
+XDS_TYPES = (LISTENER, ROUTE, CLUSTER, ENDPOINT)
+SHORT = {LISTENER: "LDS", ROUTE: "RDS", CLUSTER: "CDS", ENDPOINT: "EDS"}
+CONVERGE = 15.0
+"""Seconds to wait for the client to reach a state (it normally takes well under one)."""
+
+
+# -- the pieces ---------------------------------------------------------------------------
+
+
+class Recorder(ServerCallbacks):
+    """Everything the server reports, in order, for assertions after the fact."""
+
+    def __init__(self) -> None:
+        self.streams: list[StreamInfo] = []
+        self.requests: list[tuple[int, DiscoveryRequest]] = []
+        self.events: list[tuple[int, Event]] = []
+        self.responses: list[tuple[int, SotwResponse]] = []
+        self.closed: list[tuple[int, BaseException | None]] = []
+
+    def on_stream_open(self, stream: StreamInfo) -> None:
+        self.streams.append(stream)
+
+    def on_stream_close(self, stream: StreamInfo, error: BaseException | None) -> None:
+        self.closed.append((stream.id, error))
+
+    def on_request(self, stream: StreamInfo, request: object) -> None:
+        assert isinstance(request, DiscoveryRequest), f"unexpected {request!r}"
+        self.requests.append((stream.id, request))
+
+    def on_event(self, stream: StreamInfo, event: Event) -> None:
+        self.events.append((stream.id, event))
+
+    def on_response(self, stream: StreamInfo, response: SotwResponse) -> None:
+        self.responses.append((stream.id, response))
+
+    # views
+
+    def acks(self, type_url: str) -> list[ResponseAcked]:
+        return [
+            e for _, e in self.events if isinstance(e, ResponseAcked) and e.type_url == type_url
+        ]
+
+    def nacks(self) -> list[ResponseNacked]:
+        return [e for _, e in self.events if isinstance(e, ResponseNacked)]
+
+    def subscriptions(self, type_url: str) -> list[SubscriptionChanged]:
+        return [
+            e
+            for _, e in self.events
+            if isinstance(e, SubscriptionChanged) and e.type_url == type_url
+        ]
+
+    def last_response(self, type_url: str) -> SotwResponse | None:
+        sent = [r for _, r in self.responses if r.type_url == type_url]
+        return sent[-1] if sent else None
+
+    def acked_latest(self, type_url: str) -> bool:
+        """The newest response of ``type_url`` was ACKed (same nonce and version)."""
+        latest = self.last_response(type_url)
+        return latest is not None and any(
+            a.nonce == latest.nonce and a.version_info == latest.version_info
+            for a in self.acks(type_url)
+        )
+
+    def transcript(self) -> str:
+        """A readable log of the exchange, for assertion messages."""
+        lines = []
+        for stream_id, request in self.requests:
+            short = SHORT.get(request.type_url, request.type_url)
+            lines.append(
+                f"  [{stream_id}] <- {short} names={list(request.resource_names)} "
+                f"version={request.version_info!r} nonce={request.response_nonce!r}"
+                + (f" NACK {request.error_detail.message!r}" if request.error_detail else "")
+            )
+        for stream_id, response in self.responses:
+            short = SHORT.get(response.type_url, response.type_url)
+            lines.append(
+                f"  [{stream_id}] -> {short} version={response.version_info!r} "
+                f"nonce={response.nonce!r}"
+            )
+        return "\n".join(lines)
+
+
+@contextmanager
+def grpc_backend(name: str) -> Iterator[int]:
+    """A grpcio server on a free loopback port answering ``METHOD`` with ``name``."""
+
+    def say(request: bytes, context: grpc.ServicerContext) -> bytes:
+        return name.encode()
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    server.add_generic_rpc_handlers(
+        (
+            grpc.method_handlers_generic_handler(
+                SERVICE, {METHOD_NAME: grpc.unary_unary_rpc_method_handler(say)}
+            ),
+        )
+    )
+    port = server.add_insecure_port("127.0.0.1:0")
+    assert port, "the backend could not bind a port"
+    server.start()
+    try:
+        yield port
+    finally:
+        server.stop(grace=None).wait(timeout=5)
+
+
+def snapshot(cluster: str, backend_port: int) -> Snapshot:
+    """What a proxyless client needs: listener -> route -> cluster -> endpoints."""
+    return Snapshot(
+        [
+            b.api_listener(TARGET, ROUTE_NAME),
+            b.route_configuration(ROUTE_NAME, [("/", cluster)]),
+            b.eds_cluster(cluster, http2=True),
+            b.load_assignment(cluster, [("127.0.0.1", backend_port)]),
+        ]
+    )
+
+
+class XdsClient:
+    """The subprocess running gRPC's xDS client; one command and one reply line at a time."""
+
+    def __init__(self, process: asyncio.subprocess.Process, stderr: Path) -> None:
+        self.process = process
+        self.stderr = stderr
+
+    def log_tail(self, lines: int = 60) -> str:
+        text = self.stderr.read_text(errors="replace") if self.stderr.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    async def read_line(self, timeout: float) -> str:
+        assert self.process.stdout is not None
+        with anyio.fail_after(timeout):
+            raw = await self.process.stdout.readline()
+        if not raw:
+            code = await self.process.wait()
+            raise AssertionError(f"the client exited ({code}):\n{self.log_tail()}")
+        return raw.decode().rstrip("\n")
+
+    async def call(self) -> str:
+        """One RPC: ``OK <reply>`` or ``ERR <code> <details>``."""
+        assert self.process.stdin is not None
+        self.process.stdin.write(b"call\n")
+        await self.process.stdin.drain()
+        return await self.read_line(timeout=15)
+
+    async def call_until(self, expected: str, *, within: float, recorder: Recorder) -> float:
+        """Call until the reply is ``OK expected``; returns how long it took."""
+        start = time.monotonic()
+        reply = ""
+        while time.monotonic() - start < within:
+            reply = await self.call()
+            if reply == f"OK {expected}":
+                return time.monotonic() - start
+            await anyio.sleep(0.1)
+        raise AssertionError(
+            f"no reply {expected!r} within {within}s; last was {reply!r}\n"
+            f"exchange:\n{recorder.transcript()}\nclient log:\n{self.log_tail()}"
+        )
+
+
+@asynccontextmanager
+async def xds_client(xds_port: int, tmp_path: Path) -> AsyncIterator[XdsClient]:
+    """Start the client subprocess; always reap it, killing it if it does not quit."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GRPC_XDS_BOOTSTRAP")}
+    stderr_path = tmp_path / "grpc_client.stderr"
+    with stderr_path.open("wb") as stderr:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            str(HELPER),
+            str(xds_port),
+            TARGET,
+            METHOD,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=stderr,
+            env=env,
+        )
+    client = XdsClient(process, stderr_path)
+    try:
+        assert await client.read_line(timeout=20) == "READY"
+        yield client
+    finally:
+        try:
+            if process.returncode is None and process.stdin is not None:
+                process.stdin.write(b"quit\n")
+                process.stdin.close()
+            with anyio.move_on_after(5):
+                await process.wait()
+        finally:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+
+
+@asynccontextmanager
+async def control_plane(initial: Snapshot) -> AsyncIterator[tuple[SnapshotCache, Recorder, int]]:
+    cache = SnapshotCache(group=same_for_all)
+    cache.set_snapshot(None, initial)
+    recorder = Recorder()
+    async with GrpclibTransport(XdsServer(cache, callbacks=recorder)) as transport:
+        port = await transport.start()
+        yield cache, recorder, port
+
+
+async def eventually(check: Callable[[], bool], what: str, recorder: Recorder) -> None:
+    with anyio.move_on_after(CONVERGE):
+        while not check():
+            await anyio.sleep(0.05)
+    assert check(), f"timed out waiting for {what}; exchange:\n{recorder.transcript()}"
+
+
+def assert_never_wildcard(recorder: Recorder) -> None:
+    """No ``*``, no empty LDS/CDS list (legacy wildcard), and none seen by the server.
+
+    An empty RDS/EDS list is allowed: it means "nothing" (gRPC sends one for EDS while it
+    swaps its only cluster for another), and the server must not read it as wildcard.
+    """
+    for stream_id, request in recorder.requests:
+        assert WILDCARD not in request.resource_names, f"[{stream_id}] {request!r}"
+        if request.type_url in (LISTENER, CLUSTER):
+            assert request.resource_names, f"[{stream_id}] wildcard request {request!r}"
+    for type_url in XDS_TYPES:
+        for change in recorder.subscriptions(type_url):
+            assert not change.subscription.wildcard, change
+            assert not change.subscription.legacy, change
+
+
+# -- the tests ----------------------------------------------------------------------------
+
+
+async def test_grpc_client_resolves_through_lds_rds_cds_eds(tmp_path: Path) -> None:
+    with grpc_backend("backend-a") as backend_port:
+        async with (
+            control_plane(snapshot("cluster-a", backend_port)) as (_cache, recorder, port),
+            xds_client(port, tmp_path) as client,
+        ):
+            await client.call_until("backend-a", within=CONVERGE, recorder=recorder)
+            await eventually(
+                lambda: all(recorder.acked_latest(t) for t in XDS_TYPES),
+                "an ACK of every type",
+                recorder,
+            )
+            # Still serving after the ACKs.
+            assert await client.call() == "OK backend-a"
+
+    log = recorder.transcript()
+    assert not recorder.nacks(), f"the client NACKed:\n{log}"
+    assert not [e for _, e in recorder.closed if e is not None], recorder.closed
+
+    # One ADS stream, opened by the node from the bootstrap.
+    assert len(recorder.streams) == 1, log
+    (stream,) = recorder.streams
+    assert stream.aggregated
+    assert stream.protocol == "sotw"
+    assert stream.node is not None
+    assert stream.node.id == NODE_ID
+    assert stream.node.locality is not None
+    assert stream.node.locality.zone == "z"
+    first = recorder.requests[0][1]
+    assert first.node is not None
+    assert first.node.id == NODE_ID
+    identified = [e for _, e in recorder.events if isinstance(e, NodeIdentified)]
+    assert [e.node.id for e in identified] == [NODE_ID]
+
+    # Strict order LDS -> RDS -> CDS -> EDS, each first asked for by name.
+    order: list[str] = []
+    first_names: dict[str, tuple[str, ...]] = {}
+    for _, request in recorder.requests:
+        if request.type_url not in first_names:
+            order.append(request.type_url)
+            first_names[request.type_url] = request.resource_names
+    assert order == list(XDS_TYPES), log
+    assert first_names == {
+        LISTENER: (TARGET,),
+        ROUTE: (ROUTE_NAME,),
+        CLUSTER: ("cluster-a",),
+        ENDPOINT: ("cluster-a",),
+    }, log
+    # Each type was answered before the next one was asked for.
+    for earlier, later in zip(XDS_TYPES, XDS_TYPES[1:], strict=False):
+        asked = next(i for i, (_, r) in enumerate(recorder.requests) if r.type_url == later)
+        assert any(r.type_url == earlier for _, r in recorder.requests[:asked])
+        assert any(r.type_url == earlier for _, r in recorder.responses), log
+
+    # Every type ACKed, for exactly the version and nonce the server last sent.
+    for type_url in XDS_TYPES:
+        assert recorder.acked_latest(type_url), f"{SHORT[type_url]} not ACKed:\n{log}"
+        latest = recorder.last_response(type_url)
+        assert latest is not None
+        assert sorted(latest.selection.resources) == sorted(first_names[type_url]), log
+
+    # Never wildcard: every subscription named explicit names.
+    assert_never_wildcard(recorder)
+    for type_url, names in first_names.items():
+        assert recorder.subscriptions(type_url)[0].subscription.names == frozenset(names)
+
+
+async def test_grpc_client_follows_route_to_new_cluster(tmp_path: Path) -> None:
+    with grpc_backend("backend-a") as port_a, grpc_backend("backend-b") as port_b:
+        async with (
+            control_plane(snapshot("cluster-a", port_a)) as (cache, recorder, port),
+            xds_client(port, tmp_path) as client,
+        ):
+            await client.call_until("backend-a", within=CONVERGE, recorder=recorder)
+            await eventually(
+                lambda: all(recorder.acked_latest(t) for t in XDS_TYPES),
+                "an ACK of every type",
+                recorder,
+            )
+            before = {t: recorder.last_response(t) for t in XDS_TYPES}
+
+            # The route now sends everything to cluster-b; cluster-a is gone.
+            cache.set_snapshot(None, snapshot("cluster-b", port_b))
+            took = await client.call_until("backend-b", within=CONVERGE, recorder=recorder)
+            assert took < CONVERGE
+            for _ in range(5):
+                assert await client.call() == "OK backend-b"
+
+            def settled() -> bool:
+                cds = recorder.subscriptions(CLUSTER)
+                eds = recorder.subscriptions(ENDPOINT)
+                return (
+                    bool(cds)
+                    and cds[-1].subscription.names == frozenset({"cluster-b"})
+                    and bool(eds)
+                    and eds[-1].subscription.names == frozenset({"cluster-b"})
+                    and all(recorder.acked_latest(t) for t in XDS_TYPES)
+                )
+
+            await eventually(settled, "CDS/EDS subscribed to cluster-b only, all ACKed", recorder)
+            assert await client.call() == "OK backend-b"
+
+    log = recorder.transcript()
+    assert not recorder.nacks(), f"the client NACKed:\n{log}"
+    assert len(recorder.streams) == 1, log
+    assert recorder.streams[0].node is not None
+    assert recorder.streams[0].node.id == NODE_ID
+
+    # The route changed, so RDS was re-sent with a new version and ACKed.
+    rds_before, rds_after = before[ROUTE], recorder.last_response(ROUTE)
+    assert rds_before is not None
+    assert rds_after is not None
+    assert rds_after.version_info != rds_before.version_info, log
+    assert recorder.acked_latest(ROUTE)
+    # The LDS resource did not change.
+    lds_acks = recorder.acks(LISTENER)
+    assert {a.version_info for a in lds_acks} == {before[LISTENER].version_info}  # type: ignore[union-attr]
+
+    # The client moved its subscriptions by name (a, then a+b or b, then b), never wildcard.
+    cds_names = [c.subscription.names for c in recorder.subscriptions(CLUSTER)]
+    assert cds_names[0] == frozenset({"cluster-a"}), log
+    assert cds_names[-1] == frozenset({"cluster-b"}), log
+    assert_never_wildcard(recorder)

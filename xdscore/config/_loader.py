@@ -1,0 +1,164 @@
+"""Reading Envoy resources from a directory of YAML/JSON files into a snapshot.
+
+Files ending in ``.yaml``, ``.yml`` or ``.json`` are read in name order (hidden files and
+editor leftovers are skipped). Each YAML document, or the JSON file, holds resources in
+Envoy's proto3 JSON mapping, each with its ``@type``, as:
+
+* one resource: ``{"@type": "type.googleapis.com/envoy.config.cluster.v3.Cluster", ...}``;
+* a list of resources;
+* ``{"resources": [...]}``, the layout of Envoy's own file-based subscriptions.
+
+Every problem in the directory is collected and reported together, each with its file and
+document, and a directory with any problem yields no snapshot at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+import yaml
+from google.protobuf import json_format
+
+from .._resource import Resource
+from .._typeurls import all_types, type_info
+from ..cache._snapshot import Snapshot
+from ..wire._messages import import_all_protos, make_resource, message_class
+
+__all__ = ["ConfigError", "Problem", "load_directory", "read_directory"]
+
+SUFFIXES = (".yaml", ".yml", ".json")
+
+
+@attrs.frozen
+class Problem:
+    """One thing wrong with a config directory, and where."""
+
+    where: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.message}"
+
+
+class ConfigError(ValueError):
+    """The directory cannot be served; ``problems`` lists every reason."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = problems
+        listing = "\n".join(f"  - {problem}" for problem in problems)
+        super().__init__(f"{len(problems)} problem(s) in the config directory:\n{listing}")
+
+
+def config_files(directory: Path) -> list[Path]:
+    """The files :func:`read_directory` reads, in the order it reads them."""
+    if not directory.is_dir():
+        raise ConfigError([Problem(str(directory), "not a directory")])
+    return sorted(
+        path
+        for path in directory.rglob("*")
+        if path.is_file()
+        and path.suffix in SUFFIXES
+        and not any(part.startswith(".") for part in path.relative_to(directory).parts)
+    )
+
+
+def _documents(path: Path) -> Iterator[tuple[str, Any]]:
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".json":
+        yield str(path), yaml.safe_load(text) if text.strip() else None
+        return
+    for index, document in enumerate(yaml.safe_load_all(text)):
+        yield f"{path} (document {index + 1})", document
+
+
+def _entries(where: str, document: Any) -> Iterator[tuple[str, Any]]:
+    if document is None:
+        return
+    if isinstance(document, Mapping) and "@type" not in document and "resources" in document:
+        document = document["resources"]
+    if isinstance(document, list):
+        for index, item in enumerate(document):
+            yield f"{where} [{index}]", item
+    else:
+        yield where, document
+
+
+class _EntryError(Exception):
+    """One entry of a document is not a usable resource."""
+
+
+def _resource(entry: Any) -> Resource:
+    if not isinstance(entry, Mapping):
+        raise _EntryError(f"expected a resource mapping with '@type', got {type(entry).__name__}")
+    type_url = entry.get("@type")
+    if not isinstance(type_url, str) or not type_url:
+        raise _EntryError("resource has no '@type'")
+    try:
+        cls = message_class(type_url)
+    except KeyError as exc:
+        raise _EntryError(str(exc.args[0])) from None
+    body = {key: value for key, value in entry.items() if key != "@type"}
+    try:
+        message = json_format.ParseDict(body, cls())
+    except json_format.ParseError as exc:
+        raise _EntryError(f"invalid {type_info(type_url).short_name} resource: {exc}") from None
+    try:
+        return make_resource(message)
+    except (TypeError, ValueError) as exc:
+        raise _EntryError(str(exc)) from None
+
+
+def read_directory(directory: str | Path) -> tuple[list[tuple[str, Resource]], list[Problem]]:
+    """Every resource the directory holds (with where it was found), and every problem."""
+    root = Path(directory)
+    import_all_protos()
+    resources: list[tuple[str, Resource]] = []
+    problems: list[Problem] = []
+    try:
+        files = config_files(root)
+    except ConfigError as exc:
+        return [], exc.problems
+    for path in files:
+        try:
+            documents = list(_documents(path))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+            problems.append(Problem(str(path), f"cannot be read: {exc}"))
+            continue
+        for where, document in documents:
+            for entry_where, entry in _entries(where, document):
+                try:
+                    resources.append((entry_where, _resource(entry)))
+                except _EntryError as exc:
+                    problems.append(Problem(entry_where, str(exc)))
+    return resources, problems
+
+
+def load_directory(directory: str | Path) -> Snapshot:
+    """A consistent snapshot of the directory; raises :class:`ConfigError` listing problems.
+
+    The snapshot is authoritative for every registered type: a directory without listeners
+    serves an empty listener set.
+    """
+    found, problems = read_directory(directory)
+    first_seen: dict[tuple[str, str], str] = {}
+    for where, resource in found:
+        key = (resource.type_url, resource.name)
+        if key in first_seen:
+            short = type_info(resource.type_url).short_name
+            problems.append(
+                Problem(where, f"duplicate {short} {resource.name!r}, first in {first_seen[key]}")
+            )
+        else:
+            first_seen[key] = where
+    if problems:
+        raise ConfigError(problems)
+    snapshot = Snapshot(
+        (resource for _, resource in found), types=[info.type_url for info in all_types()]
+    )
+    inconsistencies = snapshot.inconsistencies()
+    if inconsistencies:
+        raise ConfigError([Problem(str(directory), str(item)) for item in inconsistencies])
+    return snapshot
