@@ -1,5 +1,6 @@
 """xdscore: build xDS control planes for Envoy and proxyless gRPC, in asyncio Python."""
 
+from ._delta import DeltaResponse, DeltaServerStream, DeltaTypeStatus
 from ._errors import GrpcStatus, LocalProtocolError, ProtocolError, RemoteProtocolError
 from ._events import (
     Event,
@@ -12,7 +13,8 @@ from ._events import (
 from ._limits import StreamLimits
 from ._records import DeltaDiscoveryRequest, DiscoveryRequest, ErrorDetail, Locality, Node
 from ._resource import Resource, Selection
-from ._sotw import SotwResponse, SotwServerStream, StreamState, TypeStatus
+from ._sotw import SotwResponse, SotwServerStream, TypeStatus
+from ._state import StreamState
 from ._subscription import WILDCARD, Subscription
 from ._typeurls import (
     CLUSTER,
@@ -52,6 +54,9 @@ __all__ = [
     "WILDCARD",
     "Cache",
     "DeltaDiscoveryRequest",
+    "DeltaResponse",
+    "DeltaServerStream",
+    "DeltaTypeStatus",
     "DiscoveryRequest",
     "ErrorDetail",
     "Event",

@@ -42,13 +42,12 @@ state: all their resources, every time.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable, Iterator, Mapping
 
 import attrs
 
 from ._checks import check_names, check_node, check_subscribed, check_type_count, resolve_type
-from ._errors import LocalProtocolError, ProtocolError
+from ._errors import ProtocolError
 from ._events import (
     Event,
     NodeIdentified,
@@ -60,18 +59,12 @@ from ._events import (
 from ._limits import StreamLimits
 from ._records import DiscoveryRequest, ErrorDetail, Node
 from ._resource import Selection
+from ._state import StreamState, ensure_open
 from ._subscription import Subscription
 from ._typeurls import CLUSTER, ENDPOINT, type_info
 from ._view import ResourceView
 
-__all__ = ["SotwResponse", "SotwServerStream", "StreamState", "TypeStatus"]
-
-
-class StreamState(enum.Enum):
-    """Life of a stream machine: OPEN until a protocol error, then ERROR for good."""
-
-    OPEN = "open"
-    ERROR = "error"
+__all__ = ["SotwResponse", "SotwServerStream", "TypeStatus"]
 
 
 @attrs.frozen(kw_only=True)
@@ -127,7 +120,7 @@ class SotwServerStream:
 
     def receive(self, request: DiscoveryRequest) -> list[Event]:
         """Apply one request; return what it meant. Raises :class:`RemoteProtocolError`."""
-        self._check_open()
+        ensure_open(self.state)
         try:
             return self._receive(request)
         except ProtocolError:
@@ -136,7 +129,7 @@ class SotwServerStream:
 
     def poll(self, view: ResourceView | None) -> list[SotwResponse]:
         """The responses due now against ``view`` (``None``: no data for this client yet)."""
-        self._check_open()
+        ensure_open(self.state)
         if view is None:
             return []
         out: list[SotwResponse] = []
@@ -145,10 +138,6 @@ class SotwServerStream:
             if response is not None:
                 out.append(response)
         return out
-
-    def _check_open(self) -> None:
-        if self.state is not StreamState.OPEN:
-            raise LocalProtocolError(f"stream machine is in state {self.state.name}")
 
     def _receive(self, request: DiscoveryRequest) -> list[Event]:
         events: list[Event] = []

@@ -10,6 +10,7 @@ from .._events import Event, ResponseAcked, ResponseNacked
 from .._records import DeltaDiscoveryRequest, DiscoveryRequest, Node
 
 if TYPE_CHECKING:
+    from .._delta import DeltaResponse
     from .._sotw import SotwResponse
 
 __all__ = ["ServerCallbacks", "StreamInfo"]
@@ -64,5 +65,5 @@ class ServerCallbacks:
     def on_nack(self, stream: StreamInfo, event: ResponseNacked) -> None:
         """The client rejected a response; ``event.error`` says why."""
 
-    def on_response(self, stream: StreamInfo, response: SotwResponse) -> None:
+    def on_response(self, stream: StreamInfo, response: SotwResponse | DeltaResponse) -> None:
         """A response was written to the stream."""

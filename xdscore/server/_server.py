@@ -17,13 +17,14 @@ from typing import Any, Protocol, TypeVar
 
 import anyio
 
+from .._delta import DeltaResponse, DeltaServerStream
 from .._errors import GrpcStatus, ProtocolError, RemoteProtocolError
 from .._events import Event, NodeIdentified, ResponseAcked, ResponseNacked
 from .._limits import StreamLimits
 from .._sotw import SotwResponse, SotwServerStream
 from .._view import ResourceView
 from ..cache._interface import Cache, Cancel
-from ..wire._codec import encode_sotw_response
+from ..wire._codec import encode_delta_response, encode_sotw_response
 from ._callbacks import ServerCallbacks, StreamInfo
 from ._wakeup import Wakeup
 
@@ -58,7 +59,7 @@ class ActiveStream:
 
 
 class XdsServer:
-    """Serves xDS streams from ``cache``; transports call :meth:`run_sotw_stream`.
+    """Serves xDS streams from ``cache``; transports call ``run_sotw_stream``/``run_delta_stream``.
 
     ``control_plane_id`` is sent in every response's ``control_plane.identifier``.
     ``max_streams`` bounds concurrent streams; one more is refused with RESOURCE_EXHAUSTED.
@@ -107,6 +108,32 @@ class XdsServer:
             id=stream_id, protocol="sotw", type_url=type_url, peer=peer, opened_at=time.monotonic()
         )
         await self._drive(info, machine, self._encode_sotw, receive, send)
+
+    async def run_delta_stream(
+        self, receive: Receive, send: Send, *, type_url: str | None = None, peer: str = ""
+    ) -> None:
+        """Serve one Delta stream until the client closes it; raises :class:`ProtocolError`."""
+        stream_id = next(self._ids)
+        counter = itertools.count(1)
+        machine = DeltaServerStream(
+            nonce_source=lambda: f"{stream_id}.{next(counter)}",
+            type_url=type_url,
+            limits=self.limits,
+        )
+        info = StreamInfo(
+            id=stream_id, protocol="delta", type_url=type_url, peer=peer, opened_at=time.monotonic()
+        )
+        await self._drive(info, machine, self._encode_delta, receive, send)
+
+    def _encode_delta(self, response: DeltaResponse) -> bytes:
+        return encode_delta_response(
+            type_url=response.type_url,
+            nonce=response.nonce,
+            system_version_info=response.system_version_info,
+            resources=response.resources,
+            removed=response.removed,
+            control_plane=self.control_plane_id,
+        )
 
     def _encode_sotw(self, response: SotwResponse) -> bytes:
         return encode_sotw_response(

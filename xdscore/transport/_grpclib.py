@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import socket
 import ssl
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -21,7 +22,7 @@ from grpclib.exceptions import GRPCError
 from .._errors import ProtocolError
 from .._typeurls import all_types
 from ..server._server import XdsServer
-from ..wire._codec import decode_request
+from ..wire._codec import decode_delta_request, decode_request
 
 __all__ = ["GrpclibTransport"]
 
@@ -55,19 +56,47 @@ class _Services:
         return self._mapping
 
 
+class _Server(grpclib.server.Server):
+    """grpclib's server, remembering its connections so that stopping can close them.
+
+    grpclib cancels request handlers on ``close()`` but leaves the HTTP/2 connections open,
+    so a client would keep opening streams on a server that is gone.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._connections: weakref.WeakSet[Any] = weakref.WeakSet()
+
+    def _protocol_factory(self) -> Any:
+        protocol = super()._protocol_factory()
+        self._connections.add(protocol)
+        return protocol
+
+    def drop_connections(self) -> None:
+        for protocol in list(self._connections):
+            processor = getattr(protocol, "processor", None)
+            if processor is not None:
+                processor.close("server stopping")
+
+
 class GrpclibTransport:
     """Serves ``server`` over HTTP/2 with grpclib; use as an async context manager."""
 
     def __init__(self, server: XdsServer) -> None:
         self.server = server
         mapping: dict[str, grpclib.const.Handler] = {}
-        self._add(mapping, f"/{_ADS}/StreamAggregatedResources", self._sotw(None))
+        self._add(mapping, f"/{_ADS}/StreamAggregatedResources", self._stream(None, delta=False))
+        self._add(mapping, f"/{_ADS}/DeltaAggregatedResources", self._stream(None, delta=True))
         for info in all_types():
             if info.service is None:
                 continue
             if info.sotw_method is not None:
-                self._add(mapping, f"/{info.service}/{info.sotw_method}", self._sotw(info.type_url))
-        self._grpc = grpclib.server.Server([_Services(mapping)], codec=_RawCodec())
+                handler = self._stream(info.type_url, delta=False)
+                self._add(mapping, f"/{info.service}/{info.sotw_method}", handler)
+            if info.delta_method is not None:
+                handler = self._stream(info.type_url, delta=True)
+                self._add(mapping, f"/{info.service}/{info.delta_method}", handler)
+        self._grpc = _Server([_Services(mapping)], codec=_RawCodec())
         self.port: int | None = None
 
     @staticmethod
@@ -76,17 +105,18 @@ class GrpclibTransport:
             handler, grpclib.const.Cardinality.STREAM_STREAM, None, None
         )
 
-    def _sotw(self, type_url: str | None) -> _Handler:
+    def _stream(self, type_url: str | None, *, delta: bool) -> _Handler:
+        decode = decode_delta_request if delta else decode_request
+        run = self.server.run_delta_stream if delta else self.server.run_sotw_stream
+
         async def handle(stream: grpclib.server.Stream[Any, Any]) -> None:
             async def receive() -> Any:
                 data = await stream.recv_message()
-                return None if data is None else decode_request(data)
+                return None if data is None else decode(data)
 
             peer = _peer(stream)
             try:
-                await self.server.run_sotw_stream(
-                    receive, stream.send_message, type_url=type_url, peer=peer
-                )
+                await run(receive, stream.send_message, type_url=type_url, peer=peer)
             except ProtocolError as exc:
                 log.info("stream from %s ended: %s (%s)", peer, exc.message, exc.status.name)
                 raise GRPCError(grpclib.const.Status(exc.status.value), exc.message) from None
@@ -108,6 +138,7 @@ class GrpclibTransport:
         """End every stream, stop listening and wait for the handlers to finish."""
         self.server.close()
         self._grpc.close()
+        self._grpc.drop_connections()
         await self._grpc.wait_closed()
 
     async def __aenter__(self) -> GrpclibTransport:

@@ -1,0 +1,331 @@
+"""The server side of one incremental (Delta) xDS stream, as a pure state machine.
+
+Theory of operation
+-------------------
+Like :class:`~xdscore.SotwServerStream`, one :class:`DeltaServerStream` exists per gRPC
+stream; :meth:`~DeltaServerStream.receive` applies a decoded request and returns events,
+:meth:`~DeltaServerStream.poll` returns the responses due against a
+:class:`~xdscore.ResourceView`. Each type URL is independent.
+
+Per type the machine keeps a :class:`DeltaTypeStatus`:
+
+* ``subscription``: changed by every request, **even one with a stale nonce**: in Delta the
+  nonce only pairs ACK/NACK, it never makes a subscription change stale.
+* ``client_has``: name → version the client is known to hold. Seeded from
+  ``initial_resource_versions`` on the first request of the type on the stream (so after a
+  reconnect only the difference is sent, and held names that no longer exist are removed),
+  then updated by ACKs. Explicitly unsubscribed names leave it without a response.
+* ``must_answer``: names owed an answer whatever the server believes the client holds:
+  every name in ``resource_names_subscribe``, and, while the client is subscribed to the
+  wildcard, every name it explicitly unsubscribes (answered with the resource if still in
+  the wildcard, or a removal). Names a reconnecting client lists with a version are not
+  owed: their version says what the client holds.
+* ``rejected``: name → version NACKed; such a version is not sent again unless the client
+  asks for the name again; the next different version is sent.
+* ``outstanding``: the response awaiting ACK/NACK; at most one per type.
+
+A response carries, for each name the subscription wants, the resource when the client
+does not hold its version (or the name is owed), and in ``removed_resources`` every name the
+client holds (or is owed) that does not exist or is no longer wanted. No name appears twice
+and never in both lists. ``system_version_info`` is the type's content version, for debugging.
+
+On ADS, sending clusters makes their endpoints owed, because a cluster warms until its
+endpoints arrive, and a reconnecting or updated cluster may not ask for them again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
+
+import attrs
+
+from ._checks import check_names, check_node, check_subscribed, check_type_count, resolve_type
+from ._errors import ProtocolError
+from ._events import (
+    Event,
+    NodeIdentified,
+    ResponseAcked,
+    ResponseNacked,
+    StaleNonceSeen,
+    SubscriptionChanged,
+)
+from ._limits import StreamLimits
+from ._records import DeltaDiscoveryRequest, ErrorDetail, Node
+from ._resource import Resource
+from ._state import StreamState, ensure_open
+from ._subscription import WILDCARD, Subscription
+from ._typeurls import CLUSTER, ENDPOINT, type_info
+from ._view import ResourceView
+
+__all__ = ["DeltaResponse", "DeltaServerStream", "DeltaTypeStatus"]
+
+_EMPTY: frozenset[str] = frozenset()
+_REMOVED = ""
+"""The version recorded in ``rejected`` for a removal the client NACKed."""
+
+
+@attrs.frozen(kw_only=True)
+class DeltaResponse:
+    """A Delta response to send: changed resources and removed names of one type."""
+
+    type_url: str
+    nonce: str
+    system_version_info: str
+    resources: tuple[Resource, ...]
+    removed: tuple[str, ...]
+
+
+@attrs.frozen(kw_only=True)
+class DeltaTypeStatus:
+    """What one Delta stream knows about one type (see the module docstring)."""
+
+    subscription: Subscription
+    client_has: Mapping[str, str] = attrs.field(factory=dict)
+    must_answer: frozenset[str] = _EMPTY
+    rejected: Mapping[str, str] = attrs.field(factory=dict)
+    last_error: ErrorDetail | None = None
+    latest_nonce: str = ""
+    outstanding: DeltaResponse | None = None
+    synced: object = None
+    """The resource mapping this state was last fully reconciled with (a poll fast path)."""
+    acks: int = 0
+    nacks: int = 0
+
+
+class DeltaServerStream:
+    """The server side of one Delta stream. ``type_url`` fixes the type on per-type services."""
+
+    def __init__(
+        self,
+        *,
+        nonce_source: Callable[[], str],
+        type_url: str | None = None,
+        limits: StreamLimits | None = None,
+    ) -> None:
+        self._nonce_source = nonce_source
+        self._fixed_type = type_url
+        self._limits = limits or StreamLimits()
+        self._types: dict[str, DeltaTypeStatus] = {}
+        self.node: Node | None = None
+        self.state = StreamState.OPEN
+
+    @property
+    def aggregated(self) -> bool:
+        """True on ADS, where one stream carries every type."""
+        return self._fixed_type is None
+
+    def status(self) -> Mapping[str, DeltaTypeStatus]:
+        """A read-only copy of the per-type state, by type URL."""
+        return dict(self._types)
+
+    def receive(self, request: DeltaDiscoveryRequest) -> list[Event]:
+        """Apply one request; return what it meant. Raises :class:`RemoteProtocolError`."""
+        ensure_open(self.state)
+        try:
+            return self._receive(request)
+        except ProtocolError:
+            self.state = StreamState.ERROR
+            raise
+
+    def poll(self, view: ResourceView | None) -> list[DeltaResponse]:
+        """The responses due now against ``view`` (``None``: no data for this client yet)."""
+        ensure_open(self.state)
+        if view is None:
+            return []
+        out: list[DeltaResponse] = []
+        for type_url in sorted(self._types, key=lambda url: (type_info(url).rank, url)):
+            response = self._respond(type_url, view)
+            if response is not None:
+                out.append(response)
+        return out
+
+    def _receive(self, request: DeltaDiscoveryRequest) -> list[Event]:
+        events: list[Event] = []
+        first = self.node is None
+        self.node = check_node(self.node, request.node)
+        if first:
+            events.append(NodeIdentified(node=self.node))
+        info = resolve_type(self._fixed_type, request.type_url, delta=True)
+        subscribe = request.resource_names_subscribe
+        unsubscribe = request.resource_names_unsubscribe
+        check_names(subscribe, self._limits, "resource_names_subscribe")
+        check_names(unsubscribe, self._limits, "resource_names_unsubscribe")
+        type_url = info.type_url
+        status = self._types.get(type_url)
+
+        if status is None:
+            check_type_count(len(self._types), self._limits)
+            check_names(
+                list(request.initial_resource_versions), self._limits, "initial_resource_versions"
+            )
+            subscription = Subscription.delta_initial(
+                subscribe, unsubscribe, wildcard_capable=info.wildcard_capable
+            )
+            check_subscribed(len(subscription.names), self._limits)
+            held = dict(request.initial_resource_versions)
+            self._types[type_url] = DeltaTypeStatus(
+                subscription=subscription,
+                client_has=held,
+                must_answer=frozenset(subscribe) - {WILDCARD} - held.keys(),
+            )
+            events.append(
+                SubscriptionChanged(type_url=type_url, previous=None, subscription=subscription)
+            )
+            return events
+
+        nonce = request.response_nonce
+        outstanding = status.outstanding
+        if nonce:
+            if outstanding is not None and nonce == outstanding.nonce:
+                status = self._settle(status, outstanding, request.error_detail, events)
+            else:
+                events.append(
+                    StaleNonceSeen(type_url=type_url, nonce=nonce, latest=status.latest_nonce)
+                )
+
+        previous = status.subscription
+        subscription = previous.delta_update(subscribe, unsubscribe)
+        check_subscribed(len(subscription.names), self._limits)
+        must_answer = status.must_answer | (frozenset(subscribe) - {WILDCARD})
+        client_has = status.client_has
+        if unsubscribe:
+            dropped = frozenset(unsubscribe) - {WILDCARD}
+            if subscription.wildcard:
+                must_answer |= dropped
+            else:
+                must_answer -= dropped - frozenset(subscribe)
+                client_has = {n: v for n, v in client_has.items() if n not in dropped}
+            if WILDCARD in unsubscribe and not subscription.wildcard:
+                client_has = {n: v for n, v in client_has.items() if n in subscription.names}
+        status = attrs.evolve(
+            status, subscription=subscription, must_answer=must_answer, client_has=client_has
+        )
+        if subscription != previous:
+            status = attrs.evolve(status, synced=None)
+            events.append(
+                SubscriptionChanged(type_url=type_url, previous=previous, subscription=subscription)
+            )
+        self._types[type_url] = status
+        return events
+
+    @staticmethod
+    def _settle(
+        status: DeltaTypeStatus,
+        outstanding: DeltaResponse,
+        error: ErrorDetail | None,
+        events: list[Event],
+    ) -> DeltaTypeStatus:
+        """Apply the ACK or NACK of the outstanding response."""
+        if error is not None:
+            rejected = {r.name: r.version for r in outstanding.resources}
+            rejected.update(dict.fromkeys(outstanding.removed, _REMOVED))
+            events.append(
+                ResponseNacked(
+                    type_url=outstanding.type_url,
+                    rejected=outstanding.system_version_info,
+                    version_info="",
+                    nonce=outstanding.nonce,
+                    error=error,
+                )
+            )
+            return attrs.evolve(
+                status,
+                outstanding=None,
+                rejected=rejected,
+                last_error=error,
+                nacks=status.nacks + 1,
+                synced=None,
+            )
+        client_has = dict(status.client_has)
+        for resource in outstanding.resources:
+            client_has[resource.name] = resource.version
+        for name in outstanding.removed:
+            client_has.pop(name, None)
+        events.append(
+            ResponseAcked(
+                type_url=outstanding.type_url,
+                version_info=outstanding.system_version_info,
+                nonce=outstanding.nonce,
+            )
+        )
+        return attrs.evolve(
+            status, outstanding=None, client_has=client_has, rejected={}, acks=status.acks + 1
+        )
+
+    def _candidates(
+        self, status: DeltaTypeStatus, resources: Mapping[str, Resource]
+    ) -> Iterator[str]:
+        seen: set[str] = set()
+        sources: list[Iterable[str]] = [
+            status.must_answer,
+            status.client_has,
+            status.subscription.names,
+        ]
+        if status.subscription.wildcard:
+            sources.append(resources)
+        for names in sources:
+            for name in names:
+                if name not in seen:
+                    seen.add(name)
+                    yield name
+
+    def _respond(self, type_url: str, view: ResourceView) -> DeltaResponse | None:
+        status = self._types[type_url]
+        if status.outstanding is not None:
+            return None
+        resources = view.resources(type_url)
+        if status.synced is resources and not status.must_answer:
+            return None
+        subscription = status.subscription
+        sending: list[Resource] = []
+        removed: list[str] = []
+        for name in self._candidates(status, resources):
+            owed = name in status.must_answer
+            resource = resources.get(name) if subscription.wants(name) else None
+            if resource is not None:
+                if owed or (
+                    status.client_has.get(name) != resource.version
+                    and status.rejected.get(name) != resource.version
+                ):
+                    sending.append(resource)
+            elif owed or (name in status.client_has and status.rejected.get(name) != _REMOVED):
+                removed.append(name)
+        if not sending and not removed:
+            self._types[type_url] = attrs.evolve(status, synced=resources, must_answer=_EMPTY)
+            return None
+        response = DeltaResponse(
+            type_url=type_url,
+            nonce=self._nonce_source(),
+            system_version_info=view.select(type_url, _ALL).version,
+            resources=tuple(sorted(sending, key=lambda r: r.name)),
+            removed=tuple(sorted(removed)),
+        )
+        self._types[type_url] = attrs.evolve(
+            status,
+            outstanding=response,
+            latest_nonce=response.nonce,
+            must_answer=_EMPTY,
+            synced=resources,
+        )
+        if type_url == CLUSTER and self.aggregated:
+            self._owe_endpoints(response.resources)
+        return response
+
+    def _owe_endpoints(self, clusters: Iterable[Resource]) -> None:
+        endpoints = self._types.get(ENDPOINT)
+        if endpoints is None:
+            return
+        names = {
+            ref.name
+            for cluster in clusters
+            for ref in cluster.references
+            if ref.type_url == ENDPOINT
+        }
+        owed = frozenset(name for name in names if endpoints.subscription.wants(name))
+        if owed:
+            self._types[ENDPOINT] = attrs.evolve(
+                endpoints, must_answer=endpoints.must_answer | owed
+            )
+
+
+_ALL = Subscription(frozenset(), wildcard=True)
