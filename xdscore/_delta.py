@@ -53,7 +53,7 @@ from ._limits import StreamLimits
 from ._records import DeltaDiscoveryRequest, ErrorDetail, Node
 from ._resource import Resource
 from ._state import StreamState, ensure_open
-from ._subscription import WILDCARD, Subscription
+from ._subscription import EVERYTHING, WILDCARD, Subscription
 from ._typeurls import CLUSTER, ENDPOINT, type_info
 from ._view import ResourceView
 
@@ -274,7 +274,7 @@ class DeltaServerStream:
         if status.outstanding is not None:
             return None
         resources = view.resources(type_url)
-        if status.synced is resources and not status.must_answer:
+        if resources is None or (status.synced is resources and not status.must_answer):
             return None
         subscription = status.subscription
         sending: list[Resource] = []
@@ -293,10 +293,11 @@ class DeltaServerStream:
         if not sending and not removed:
             self._types[type_url] = attrs.evolve(status, synced=resources, must_answer=_EMPTY)
             return None
+        everything = view.select(type_url, EVERYTHING)
         response = DeltaResponse(
             type_url=type_url,
             nonce=self._nonce_source(),
-            system_version_info=view.select(type_url, _ALL).version,
+            system_version_info=everything.version if everything is not None else "",
             resources=tuple(sorted(sending, key=lambda r: r.name)),
             removed=tuple(sorted(removed)),
         )
@@ -326,6 +327,3 @@ class DeltaServerStream:
             self._types[ENDPOINT] = attrs.evolve(
                 endpoints, must_answer=endpoints.must_answer | owed
             )
-
-
-_ALL = Subscription(frozenset(), wildcard=True)

@@ -231,7 +231,7 @@ class SotwServerStream:
         if status.outstanding is not None:
             return None
         selection = view.select(type_url, status.subscription)
-        if selection.version == status.rejected:
+        if selection is None or selection.version == status.rejected:
             return None
         if not status.owed and selection.version == status.held:
             return None

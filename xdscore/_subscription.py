@@ -18,7 +18,7 @@ from collections.abc import Iterable
 
 import attrs
 
-__all__ = ["WILDCARD", "Subscription"]
+__all__ = ["EVERYTHING", "WILDCARD", "Subscription"]
 
 WILDCARD = "*"
 
@@ -95,5 +95,7 @@ class Subscription:
         return Subscription(frozenset(names), wildcard=wildcard, legacy=legacy)
 
 
+EVERYTHING = Subscription(frozenset(), wildcard=True)
+"""An explicit wildcard: every resource of the type."""
 _LEGACY_WILDCARD = Subscription(frozenset(), wildcard=True, legacy=True)
 _NOTHING = Subscription(frozenset(), wildcard=False, legacy=False)

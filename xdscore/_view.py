@@ -14,14 +14,18 @@ __all__ = ["ResourceView"]
 class ResourceView(Protocol):
     """What the state machines read from a cache: immutable for as long as it is held.
 
-    ``select`` should return the same :class:`Selection` object for equal arguments on the
-    same view, so that every stream with the same subscription shares one encoded body.
+    Both methods return ``None`` for a type the view is not authoritative for: the machines
+    then send nothing of that type (rather than an empty state that would delete what the
+    client has). ``select`` should return the same :class:`Selection` object for equal
+    arguments on the same view, so that every stream with the same subscription shares one
+    encoded body; ``resources`` should return the same mapping object while the type is
+    unchanged, which lets Delta streams skip unchanged types in O(1).
     """
 
-    def select(self, type_url: str, subscription: Subscription) -> Selection:
+    def select(self, type_url: str, subscription: Subscription) -> Selection | None:
         """The resources of ``type_url`` that ``subscription`` asks for."""
         ...
 
-    def resources(self, type_url: str) -> Mapping[str, Resource]:
+    def resources(self, type_url: str) -> Mapping[str, Resource] | None:
         """Every resource of ``type_url``, by name."""
         ...

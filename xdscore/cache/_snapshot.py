@@ -9,14 +9,13 @@ from typing import Any
 import attrs
 
 from .._resource import Resource, Selection
-from .._subscription import Subscription
+from .._subscription import EVERYTHING, Subscription
 from .._typeurls import type_info
 from ..wire._messages import make_resource
 
-__all__ = ["Inconsistency", "Snapshot", "SnapshotError"]
+__all__ = ["Inconsistency", "Snapshot", "SnapshotError", "select"]
 
 _MEMO_LIMIT = 4096
-_EMPTY: Mapping[str, Resource] = MappingProxyType({})
 
 
 class SnapshotError(ValueError):
@@ -44,10 +43,12 @@ class Inconsistency:
 class Snapshot:
     """An immutable set of resources, by type and name, served as one consistent state.
 
-    ``types`` declares type URLs the snapshot is authoritative for even when it holds none of
-    them (an empty LDS means "no listeners"). Resources may be :class:`~xdscore.Resource`
-    values, protobuf messages or betterproto2 messages. Selections are memoised, so every
-    stream with the same subscription shares one encoded response body.
+    The snapshot is authoritative for the types it holds resources of and for those listed
+    in ``types``: list a type to serve "none of these" (an empty LDS deletes every listener);
+    a type neither held nor listed is not answered at all. Resources may be
+    :class:`~xdscore.Resource` values, protobuf messages or betterproto2 messages.
+    Selections are memoised, so every stream with the same subscription shares one encoded
+    response body.
     """
 
     __slots__ = ("__weakref__", "_by_type", "_memo")
@@ -73,9 +74,9 @@ class Snapshot:
         """The types this snapshot is authoritative for."""
         return frozenset(self._by_type)
 
-    def resources(self, type_url: str) -> Mapping[str, Resource]:
-        """Every resource of ``type_url``, by name (empty if the type is absent)."""
-        return self._by_type.get(type_url, _EMPTY)
+    def resources(self, type_url: str) -> Mapping[str, Resource] | None:
+        """Every resource of ``type_url``, by name; ``None`` if the snapshot lacks the type."""
+        return self._by_type.get(type_url)
 
     def __iter__(self) -> Iterator[Resource]:
         for names in self._by_type.values():
@@ -92,19 +93,23 @@ class Snapshot:
         )
         return f"<Snapshot {counts or 'empty'}>"
 
-    def select(self, type_url: str, subscription: Subscription) -> Selection:
+    def select(self, type_url: str, subscription: Subscription) -> Selection | None:
         """The resources of ``type_url`` that ``subscription`` selects (memoised)."""
         key = (type_url, subscription)
         selection = self._memo.get(key)
         if selection is None:
-            selection = _select(type_url, self.resources(type_url), subscription)
+            resources = self._by_type.get(type_url)
+            if resources is None:
+                return None
+            selection = select(type_url, resources, subscription)
             if len(self._memo) < _MEMO_LIMIT:
                 self._memo[key] = selection
         return selection
 
     def version(self, type_url: str) -> str:
-        """The content version of every resource of ``type_url``."""
-        return self.select(type_url, _ALL).version
+        """The content version of every resource of ``type_url`` ("" if it lacks the type)."""
+        selection = self.select(type_url, EVERYTHING)
+        return selection.version if selection is not None else ""
 
     def inconsistencies(self) -> list[Inconsistency]:
         """References to resources of a declared type that the snapshot does not hold."""
@@ -126,12 +131,10 @@ class Snapshot:
         return found
 
 
-_ALL = Subscription(frozenset(), wildcard=True)
-
-
-def _select(
+def select(
     type_url: str, resources: Mapping[str, Resource], subscription: Subscription
 ) -> Selection:
+    """The part of ``resources`` that ``subscription`` asks for."""
     if subscription.wildcard:
         return Selection.of(type_url, resources)
     chosen = {name: resources[name] for name in subscription.names if name in resources}
