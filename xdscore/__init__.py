@@ -33,7 +33,16 @@ from ._typeurls import (
     type_info,
 )
 from ._view import ResourceView
-from .cache import Cache, Snapshot, SnapshotCache, SnapshotError, by_node_id, same_for_all
+from .cache import (
+    Cache,
+    LinearCache,
+    MuxCache,
+    Snapshot,
+    SnapshotCache,
+    SnapshotError,
+    by_node_id,
+    same_for_all,
+)
 from .server import ServerCallbacks, StreamInfo, XdsServer
 from .transport import GrpclibTransport
 from .wire._messages import make_resource
@@ -62,8 +71,10 @@ __all__ = [
     "Event",
     "GrpcStatus",
     "GrpclibTransport",
+    "LinearCache",
     "Locality",
     "LocalProtocolError",
+    "MuxCache",
     "Node",
     "NodeIdentified",
     "ProtocolError",

@@ -1,0 +1,132 @@
+"""A cache for one high-churn type with per-resource versions: the EDS fast path."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+from .._records import Node
+from .._resource import Resource, Selection
+from .._subscription import Subscription
+from ..wire._messages import make_resource
+from ._interface import Cancel, Notify
+from ._snapshot import select
+from ._watchers import Watchers
+
+__all__ = ["LinearCache"]
+
+_MEMO_LIMIT = 4096
+
+
+class _LinearView:
+    """An immutable view of a :class:`LinearCache` at one generation."""
+
+    __slots__ = ("_memo", "_resources", "generation", "type_url")
+
+    def __init__(self, type_url: str, resources: Mapping[str, Resource], generation: int) -> None:
+        self.type_url = type_url
+        self.generation = generation
+        self._resources = resources
+        self._memo: dict[Subscription, Selection] = {}
+
+    def resources(self, type_url: str) -> Mapping[str, Resource] | None:
+        return self._resources if type_url == self.type_url else None
+
+    def select(self, type_url: str, subscription: Subscription) -> Selection | None:
+        if type_url != self.type_url:
+            return None
+        selection = self._memo.get(subscription)
+        if selection is None:
+            selection = select(type_url, self._resources, subscription)
+            if len(self._memo) < _MEMO_LIMIT:
+                self._memo[subscription] = selection
+        return selection
+
+
+class LinearCache:
+    """Resources of one type, each set, updated or deleted on its own, served to every node.
+
+    Updating one resource costs O(1) at write time; the immutable view streams read is
+    rebuilt once per burst of writes, on first read. Delta streams receive only the
+    resources whose versions changed; SotW streams receive their subscribed set. Writes
+    never wait for readers; call them from the event loop's thread.
+    """
+
+    def __init__(self, type_url: str, resources: Iterable[Resource | Any] = ()) -> None:
+        self.type_url = type_url
+        self._resources: dict[str, Resource] = {}
+        self._generation = 0
+        self._view: _LinearView | None = None
+        self._watchers = Watchers()
+        self.update(put=resources)
+
+    @property
+    def generation(self) -> int:
+        """Incremented by every write that changed something."""
+        return self._generation
+
+    def __len__(self) -> int:
+        return len(self._resources)
+
+    def get(self, name: str) -> Resource | None:
+        """The resource called ``name``, if any."""
+        return self._resources.get(name)
+
+    def set_resource(self, resource: Resource | Any, *, name: str | None = None) -> None:
+        """Add or replace one resource (a Resource, protobuf/betterproto2 message or bytes)."""
+        self.update(put=[self._coerce(resource, name)])
+
+    def delete_resource(self, name: str) -> None:
+        """Remove one resource; removing an absent name does nothing."""
+        self.update(delete=[name])
+
+    def set_resources(self, resources: Iterable[Resource | Any]) -> None:
+        """Replace the whole set: names not given are deleted."""
+        incoming = [self._coerce(item, None) for item in resources]
+        keep = {resource.name for resource in incoming}
+        self.update(put=incoming, delete=[name for name in self._resources if name not in keep])
+
+    def update(
+        self,
+        *,
+        put: Iterable[Resource | Any] = (),
+        delete: Iterable[str] = (),
+    ) -> None:
+        """Apply several writes at once; watchers are told once, if anything changed."""
+        changed = False
+        for item in put:
+            resource = self._coerce(item, None)
+            current = self._resources.get(resource.name)
+            if current is None or current.version != resource.version:
+                self._resources[resource.name] = resource
+                changed = True
+        for name in delete:
+            if self._resources.pop(name, None) is not None:
+                changed = True
+        if changed:
+            self._generation += 1
+            self._view = None
+            self._watchers.notify_all()
+
+    def _coerce(self, item: Resource | Any, name: str | None) -> Resource:
+        resource = (
+            item
+            if isinstance(item, Resource)
+            else make_resource(item, type_url=self.type_url, name=name)
+        )
+        if resource.type_url != self.type_url:
+            raise TypeError(f"this linear cache holds {self.type_url}, not {resource.type_url}")
+        return resource
+
+    def view(self, node: Node | None = None) -> _LinearView:
+        """The current immutable view (the same for every node)."""
+        if self._view is None:
+            self._view = _LinearView(
+                self.type_url, MappingProxyType(dict(self._resources)), self._generation
+            )
+        return self._view
+
+    def watch(self, node: Node, notify: Notify) -> Cancel:
+        """Call ``notify`` after every write that changed something."""
+        return self._watchers.add(None, notify)

@@ -1,0 +1,74 @@
+"""A cache that routes each type URL to another cache."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from .._records import Node
+from .._resource import Resource, Selection
+from .._subscription import Subscription
+from .._view import ResourceView
+from ._interface import Cache, Cancel, Notify
+
+__all__ = ["MuxCache"]
+
+
+class _MuxView:
+    """The views of every routed cache for one node, taken at the same moment."""
+
+    __slots__ = ("_default", "_routes")
+
+    def __init__(
+        self, routes: Mapping[str, ResourceView | None], default: ResourceView | None
+    ) -> None:
+        self._routes = routes
+        self._default = default
+
+    def _view(self, type_url: str) -> ResourceView | None:
+        return self._routes.get(type_url, self._default)
+
+    def resources(self, type_url: str) -> Mapping[str, Resource] | None:
+        view = self._view(type_url)
+        return view.resources(type_url) if view is not None else None
+
+    def select(self, type_url: str, subscription: Subscription) -> Selection | None:
+        view = self._view(type_url)
+        return view.select(type_url, subscription) if view is not None else None
+
+
+class MuxCache:
+    """Serves each type URL in ``routes`` from its cache, and others from ``default``.
+
+    For example endpoints from a :class:`LinearCache` and everything else from a
+    :class:`SnapshotCache`. A type with no route and no default is not answered.
+    """
+
+    def __init__(self, routes: Mapping[str, Cache], *, default: Cache | None = None) -> None:
+        self._routes = dict(routes)
+        self._default = default
+        caches: list[Cache] = list(self._routes.values())
+        if default is not None:
+            caches.append(default)
+        self._caches: list[Cache] = []
+        for cache in caches:
+            if all(cache is not known for known in self._caches):
+                self._caches.append(cache)
+
+    def view(self, node: Node) -> _MuxView | None:
+        """Every routed cache's view for ``node``; ``None`` if none of them has one."""
+        views = {id(cache): cache.view(node) for cache in self._caches}
+        if all(view is None for view in views.values()):
+            return None
+        routes = {url: views[id(cache)] for url, cache in self._routes.items()}
+        default = views[id(self._default)] if self._default is not None else None
+        return _MuxView(routes, default)
+
+    def watch(self, node: Node, notify: Notify) -> Cancel:
+        """Watch every routed cache; the returned callable cancels them all."""
+        cancels = [cache.watch(node, notify) for cache in self._caches]
+
+        def cancel() -> None:
+            for each in cancels:
+                each()
+
+        return cancel
