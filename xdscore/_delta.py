@@ -30,7 +30,11 @@ client holds (or is owed) that does not exist or is no longer wanted. No name ap
 and never in both lists. ``system_version_info`` is the type's content version, for debugging.
 
 On ADS, sending clusters makes their endpoints owed, because a cluster warms until its
-endpoints arrive, and a reconnecting or updated cluster may not ask for them again.
+endpoints arrive, and a reconnecting or updated cluster may not ask for them again. Also on
+ADS, what is due goes through make-before-break ordering (:mod:`xdscore._ordering`): a
+changed resource that refers to something the client does not hold yet waits, and so does
+the removal of a resource that something the client holds still refers to. ``holding``
+keeps the acknowledged resources whose content is known, which the ordering reads.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from ._events import (
     SubscriptionChanged,
 )
 from ._limits import StreamLimits
+from ._ordering import blocked, referenced
 from ._records import DeltaDiscoveryRequest, ErrorDetail, Node
 from ._resource import Resource
 from ._state import StreamState, ensure_open
@@ -86,6 +91,8 @@ class DeltaTypeStatus:
     last_error: ErrorDetail | None = None
     latest_nonce: str = ""
     outstanding: DeltaResponse | None = None
+    holding: Mapping[str, Resource] = attrs.field(factory=dict)
+    """The resources the client holds whose content is known, for ordering."""
     synced: object = None
     """The resource mapping this state was last fully reconciled with (a poll fast path)."""
     acks: int = 0
@@ -101,10 +108,12 @@ class DeltaServerStream:
         nonce_source: Callable[[], str],
         type_url: str | None = None,
         limits: StreamLimits | None = None,
+        ordered: bool = True,
     ) -> None:
         self._nonce_source = nonce_source
         self._fixed_type = type_url
         self._limits = limits or StreamLimits()
+        self._ordered = ordered and type_url is None
         self._types: dict[str, DeltaTypeStatus] = {}
         self.node: Node | None = None
         self.state = StreamState.OPEN
@@ -117,6 +126,16 @@ class DeltaServerStream:
     def status(self) -> Mapping[str, DeltaTypeStatus]:
         """A read-only copy of the per-type state, by type URL."""
         return dict(self._types)
+
+    def subscription(self, type_url: str) -> Subscription | None:
+        """The client's subscription for ``type_url``, if it asked for the type."""
+        status = self._types.get(type_url)
+        return status.subscription if status is not None else None
+
+    def holds(self, type_url: str) -> Mapping[str, Resource]:
+        """The resources of ``type_url`` the client acknowledged (content known)."""
+        status = self._types.get(type_url)
+        return status.holding if status is not None else {}
 
     def receive(self, request: DeltaDiscoveryRequest) -> list[Event]:
         """Apply one request; return what it meant. Raises :class:`RemoteProtocolError`."""
@@ -197,8 +216,15 @@ class DeltaServerStream:
                 client_has = {n: v for n, v in client_has.items() if n not in dropped}
             if WILDCARD in unsubscribe and not subscription.wildcard:
                 client_has = {n: v for n, v in client_has.items() if n in subscription.names}
+        holding = status.holding
+        if client_has is not status.client_has:
+            holding = {n: r for n, r in holding.items() if n in client_has}
         status = attrs.evolve(
-            status, subscription=subscription, must_answer=must_answer, client_has=client_has
+            status,
+            subscription=subscription,
+            must_answer=must_answer,
+            client_has=client_has,
+            holding=holding,
         )
         if subscription != previous:
             status = attrs.evolve(status, synced=None)
@@ -237,10 +263,13 @@ class DeltaServerStream:
                 synced=None,
             )
         client_has = dict(status.client_has)
+        holding = dict(status.holding)
         for resource in outstanding.resources:
             client_has[resource.name] = resource.version
+            holding[resource.name] = resource
         for name in outstanding.removed:
             client_has.pop(name, None)
+            holding.pop(name, None)
         events.append(
             ResponseAcked(
                 type_url=outstanding.type_url,
@@ -249,7 +278,12 @@ class DeltaServerStream:
             )
         )
         return attrs.evolve(
-            status, outstanding=None, client_has=client_has, rejected={}, acks=status.acks + 1
+            status,
+            outstanding=None,
+            client_has=client_has,
+            holding=holding,
+            rejected={},
+            acks=status.acks + 1,
         )
 
     def _candidates(
@@ -279,19 +313,32 @@ class DeltaServerStream:
         subscription = status.subscription
         sending: list[Resource] = []
         removed: list[str] = []
+        recognised: dict[str, Resource] = {}
         for name in self._candidates(status, resources):
             owed = name in status.must_answer
             resource = resources.get(name) if subscription.wants(name) else None
             if resource is not None:
+                held = status.client_has.get(name)
+                if held == resource.version and name not in status.holding:
+                    recognised[name] = resource
                 if owed or (
-                    status.client_has.get(name) != resource.version
-                    and status.rejected.get(name) != resource.version
+                    held != resource.version and status.rejected.get(name) != resource.version
                 ):
                     sending.append(resource)
             elif owed or (name in status.client_has and status.rejected.get(name) != _REMOVED):
                 removed.append(name)
+        if recognised:
+            status = attrs.evolve(status, holding={**status.holding, **recognised})
+            self._types[type_url] = status
+        deferred: frozenset[str] = _EMPTY
+        if self._ordered and (sending or removed):
+            sending, removed, deferred = self._make_before_break(type_url, status, sending, removed)
         if not sending and not removed:
-            self._types[type_url] = attrs.evolve(status, synced=resources, must_answer=_EMPTY)
+            self._types[type_url] = attrs.evolve(
+                status,
+                synced=None if deferred else resources,
+                must_answer=status.must_answer & deferred,
+            )
             return None
         everything = view.select(type_url, EVERYTHING)
         response = DeltaResponse(
@@ -305,12 +352,34 @@ class DeltaServerStream:
             status,
             outstanding=response,
             latest_nonce=response.nonce,
-            must_answer=_EMPTY,
-            synced=resources,
+            must_answer=status.must_answer & deferred,
+            synced=None if deferred else resources,
         )
         if type_url == CLUSTER and self.aggregated:
             self._owe_endpoints(response.resources)
         return response
+
+    def _make_before_break(
+        self,
+        type_url: str,
+        status: DeltaTypeStatus,
+        sending: list[Resource],
+        removed: list[str],
+    ) -> tuple[list[Resource], list[str], frozenset[str]]:
+        """Split what is due into what may go now and what must wait (see ``_ordering``)."""
+        ready: list[Resource] = []
+        waiting: set[str] = set()
+        for resource in sending:
+            if status.client_has.get(resource.name) != resource.version and blocked(resource, self):
+                waiting.add(resource.name)
+            else:
+                ready.append(resource)
+        going = removed
+        if removed:
+            kept = referenced(self, self._types)
+            going = [name for name in removed if (type_url, name) not in kept]
+            waiting.update(name for name in removed if (type_url, name) in kept)
+        return ready, going, frozenset(waiting)
 
     def _owe_endpoints(self, clusters: Iterable[Resource]) -> None:
         endpoints = self._types.get(ENDPOINT)

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 
 import attrs
 
+from ._typeurls import type_info
 from .wire._framing import bytes_field, string_field
 from .wire._references import Reference, references
 
@@ -99,6 +100,15 @@ class Selection:
 
     def __len__(self) -> int:
         return len(self.resources)
+
+    @functools.cached_property
+    def has_lower_references(self) -> bool:
+        """Whether any resource refers to a type sent before its own (see ``_ordering``)."""
+        for resource in self.resources.values():
+            rank = type_info(resource.type_url).rank
+            if any(type_info(ref.type_url).rank < rank for ref in resource.references):
+                return True
+        return False
 
     @functools.cached_property
     def sotw_body(self) -> bytes:

@@ -22,6 +22,7 @@ Per type the machine keeps an immutable :class:`TypeStatus`:
 * ``owed``: a response is due even if the content is unchanged: the client asked again with
   the latest nonce after acknowledging it, or (on ADS) a cluster response was just sent and
   clusters warm until they get their endpoints.
+* ``holding``: the content the client acknowledged, which make-before-break ordering reads.
 
 Rules, in the order :meth:`receive` applies them:
 
@@ -43,6 +44,7 @@ state: all their resources, every time.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
+from types import MappingProxyType
 
 import attrs
 
@@ -57,14 +59,17 @@ from ._events import (
     SubscriptionChanged,
 )
 from ._limits import StreamLimits
+from ._ordering import blocked, referenced
 from ._records import DiscoveryRequest, ErrorDetail, Node
-from ._resource import Selection
+from ._resource import Resource, Selection
 from ._state import StreamState, ensure_open
 from ._subscription import Subscription
 from ._typeurls import CLUSTER, ENDPOINT, type_info
 from ._view import ResourceView
 
 __all__ = ["SotwResponse", "SotwServerStream", "TypeStatus"]
+
+_NOTHING: Mapping[str, Resource] = MappingProxyType({})
 
 
 @attrs.frozen(kw_only=True)
@@ -88,6 +93,8 @@ class TypeStatus:
     latest_nonce: str = ""
     outstanding: SotwResponse | None = None
     owed: bool = False
+    holding: Selection | None = None
+    """The content the client acknowledged (or presented on reconnect), for ordering."""
     acks: int = 0
     nacks: int = 0
 
@@ -101,10 +108,12 @@ class SotwServerStream:
         nonce_source: Callable[[], str],
         type_url: str | None = None,
         limits: StreamLimits | None = None,
+        ordered: bool = True,
     ) -> None:
         self._nonce_source = nonce_source
         self._fixed_type = type_url
         self._limits = limits or StreamLimits()
+        self._ordered = ordered and type_url is None
         self._types: dict[str, TypeStatus] = {}
         self.node: Node | None = None
         self.state = StreamState.OPEN
@@ -117,6 +126,18 @@ class SotwServerStream:
     def status(self) -> Mapping[str, TypeStatus]:
         """A read-only copy of the per-type state, by type URL."""
         return dict(self._types)
+
+    def subscription(self, type_url: str) -> Subscription | None:
+        """The client's subscription for ``type_url``, if it asked for the type."""
+        status = self._types.get(type_url)
+        return status.subscription if status is not None else None
+
+    def holds(self, type_url: str) -> Mapping[str, Resource]:
+        """The resources of ``type_url`` the client acknowledged."""
+        status = self._types.get(type_url)
+        if status is None or status.holding is None:
+            return _NOTHING
+        return status.holding.resources
 
     def receive(self, request: DiscoveryRequest) -> list[Event]:
         """Apply one request; return what it meant. Raises :class:`RemoteProtocolError`."""
@@ -197,6 +218,7 @@ class SotwServerStream:
                 status = attrs.evolve(
                     status,
                     held=outstanding.version_info,
+                    holding=outstanding.selection,
                     rejected=None,
                     outstanding=None,
                     acks=status.acks + 1,
@@ -231,7 +253,14 @@ class SotwServerStream:
         if status.outstanding is not None:
             return None
         selection = view.select(type_url, status.subscription)
-        if selection is None or selection.version == status.rejected:
+        if selection is None:
+            return None
+        if status.holding is None and status.held == selection.version:
+            status = attrs.evolve(status, holding=selection)
+            self._types[type_url] = status
+        if self._ordered:
+            selection = self._make_before_break(type_url, selection, status.holding)
+        if selection.version == status.rejected:
             return None
         if not status.owed and selection.version == status.held:
             return None
@@ -248,3 +277,28 @@ class SotwServerStream:
             # Clusters warm until their endpoints arrive, even unchanged ones.
             self._types[ENDPOINT] = attrs.evolve(self._types[ENDPOINT], owed=True)
         return response
+
+    def _make_before_break(
+        self, type_url: str, desired: Selection, holding: Selection | None
+    ) -> Selection:
+        """``desired`` less what must wait, plus what must stay (see :mod:`._ordering`)."""
+        held = holding.resources if holding is not None else _NOTHING
+        chosen: dict[str, Resource] | None = None
+        if desired.has_lower_references:
+            for name, resource in desired.resources.items():
+                old = held.get(name)
+                if (old is None or old.version != resource.version) and blocked(resource, self):
+                    chosen = chosen if chosen is not None else dict(desired.resources)
+                    if old is not None:
+                        chosen[name] = old
+                    else:
+                        del chosen[name]
+        if type_info(type_url).sotw_full_state and held:
+            gone = [name for name in held if name not in desired.resources]
+            if gone:
+                kept = referenced(self, self._types)
+                for name in gone:
+                    if (type_url, name) in kept:
+                        chosen = chosen if chosen is not None else dict(desired.resources)
+                        chosen[name] = held[name]
+        return desired if chosen is None else Selection.of(type_url, chosen)

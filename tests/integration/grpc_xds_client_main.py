@@ -8,9 +8,13 @@ stdin is a command:
 
 * ``call`` makes one unary RPC on ``xds:///TARGET`` and prints ``OK <reply>`` or
   ``ERR <status code> <details>`` on one line;
+* ``burst SECONDS`` prints ``BURSTING``, makes RPCs back to back for SECONDS, then prints
+  one JSON line: ``{"runs": [[outcome, count], ...], "calls": total}``, where the runs are
+  the consecutive outcomes (``OK <reply>`` / ``ERR ...`` as above) in order;
 * ``quit`` (or end of input) closes the channel and exits 0.
 
-The process prints ``READY`` once the channel exists.
+The process prints ``READY`` once the channel exists. Its stderr is the grpc log: run the
+tests with ``GRPC_TRACE=xds_client,xds_resolver GRPC_VERBOSITY=debug`` to trace the client.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
+from typing import Any
 
 NODE_ID = "grpc-client"
 RPC_TIMEOUT = 5.0
@@ -57,16 +63,38 @@ def main() -> int:
             command = raw.strip()
             if command == "quit":
                 break
-            if command != "call":
-                say(f"ERR unknown-command {command!r}")
-                continue
-            try:
-                reply = call(b"ping", timeout=RPC_TIMEOUT)
-            except grpc.RpcError as exc:
-                say(f"ERR {exc.code().name} {exc.details()}")
+            if command == "call":
+                say(once(call))
+            elif command.startswith("burst "):
+                say("BURSTING")
+                say(json.dumps(burst(call, float(command.split()[1]))))
             else:
-                say(f"OK {reply.decode()}")
+                say(f"ERR unknown-command {command!r}")
     return 0
+
+
+def once(call: Any) -> str:
+    import grpc
+
+    try:
+        reply = call(b"ping", timeout=RPC_TIMEOUT)
+    except grpc.RpcError as exc:
+        return f"ERR {exc.code().name} {exc.details()}"
+    return f"OK {reply.decode()}"
+
+
+def burst(call: Any, seconds: float) -> dict[str, Any]:
+    runs: list[list[Any]] = []
+    calls = 0
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        outcome = once(call)
+        calls += 1
+        if runs and runs[-1][0] == outcome:
+            runs[-1][1] += 1
+        else:
+            runs.append([outcome, 1])
+    return {"runs": runs, "calls": calls}
 
 
 if __name__ == "__main__":

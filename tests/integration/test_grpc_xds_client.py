@@ -8,6 +8,9 @@ grpcio servers in this process; the control plane is xdscore on the grpclib tran
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
+import json
 import os
 import sys
 import time
@@ -17,6 +20,7 @@ from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
 import anyio
+import attrs
 import grpc  # a hard dependency of this test: missing grpcio must fail, not skip
 import pytest
 
@@ -53,7 +57,9 @@ NODE_ID = "grpc-client"
 HELPER = Path(__file__).with_name("grpc_xds_client_main.py")
 XDS_TYPES = (LISTENER, ROUTE, CLUSTER, ENDPOINT)
 SHORT = {LISTENER: "LDS", ROUTE: "RDS", CLUSTER: "CDS", ENDPOINT: "EDS"}
-CONVERGE = 15.0
+Runs = list[tuple[str, int]]
+"""Consecutive RPC outcomes and how many of each, in order."""
+CONVERGE = 10.0
 """Seconds to wait for the client to reach a state (it normally takes well under one)."""
 
 
@@ -69,6 +75,10 @@ class Recorder(ServerCallbacks):
         self.events: list[tuple[int, Event]] = []
         self.responses: list[tuple[int, SotwResponse]] = []
         self.closed: list[tuple[int, BaseException | None]] = []
+        self.timeline: list[DiscoveryRequest | SotwResponse] = []
+        """Requests received and responses sent, in the order they happened."""
+        self.on_ack_calls: list[ResponseAcked] = []
+        self.on_nack_calls: list[ResponseNacked] = []
 
     def on_stream_open(self, stream: StreamInfo) -> None:
         self.streams.append(stream)
@@ -79,12 +89,21 @@ class Recorder(ServerCallbacks):
     def on_request(self, stream: StreamInfo, request: object) -> None:
         assert isinstance(request, DiscoveryRequest), f"unexpected {request!r}"
         self.requests.append((stream.id, request))
+        self.timeline.append(request)
 
     def on_event(self, stream: StreamInfo, event: Event) -> None:
         self.events.append((stream.id, event))
 
-    def on_response(self, stream: StreamInfo, response: SotwResponse) -> None:
+    def on_ack(self, stream: StreamInfo, event: ResponseAcked) -> None:
+        self.on_ack_calls.append(event)
+
+    def on_nack(self, stream: StreamInfo, event: ResponseNacked) -> None:
+        self.on_nack_calls.append(event)
+
+    def on_response(self, stream: StreamInfo, response: object) -> None:
+        assert isinstance(response, SotwResponse), f"unexpected {response!r}"
         self.responses.append((stream.id, response))
+        self.timeline.append(response)
 
     # views
 
@@ -118,19 +137,19 @@ class Recorder(ServerCallbacks):
     def transcript(self) -> str:
         """A readable log of the exchange, for assertion messages."""
         lines = []
-        for stream_id, request in self.requests:
-            short = SHORT.get(request.type_url, request.type_url)
-            lines.append(
-                f"  [{stream_id}] <- {short} names={list(request.resource_names)} "
-                f"version={request.version_info!r} nonce={request.response_nonce!r}"
-                + (f" NACK {request.error_detail.message!r}" if request.error_detail else "")
-            )
-        for stream_id, response in self.responses:
-            short = SHORT.get(response.type_url, response.type_url)
-            lines.append(
-                f"  [{stream_id}] -> {short} version={response.version_info!r} "
-                f"nonce={response.nonce!r}"
-            )
+        for item in self.timeline:
+            short = SHORT.get(item.type_url, item.type_url)
+            if isinstance(item, DiscoveryRequest):
+                lines.append(
+                    f"  <- {short} names={list(item.resource_names)} "
+                    f"version={item.version_info!r} nonce={item.response_nonce!r}"
+                    + (f" NACK {item.error_detail.message!r}" if item.error_detail else "")
+                )
+            else:
+                lines.append(
+                    f"  -> {short} {sorted(item.selection.resources)} "
+                    f"version={item.version_info!r} nonce={item.nonce!r}"
+                )
         return "\n".join(lines)
 
 
@@ -158,16 +177,20 @@ def grpc_backend(name: str) -> Iterator[int]:
         server.stop(grace=None).wait(timeout=5)
 
 
-def snapshot(cluster: str, backend_port: int) -> Snapshot:
-    """What a proxyless client needs: listener -> route -> cluster -> endpoints."""
-    return Snapshot(
-        [
-            b.api_listener(TARGET, ROUTE_NAME),
-            b.route_configuration(ROUTE_NAME, [("/", cluster)]),
-            b.eds_cluster(cluster, http2=True),
-            b.load_assignment(cluster, [("127.0.0.1", backend_port)]),
-        ]
-    )
+def snapshot(route_to: str, clusters: dict[str, int]) -> Snapshot:
+    """What a proxyless client needs: listener -> route -> cluster -> endpoints.
+
+    ``clusters`` maps each cluster to serve to its backend's port; the route sends
+    everything to ``route_to``.
+    """
+    resources: list[object] = [
+        b.api_listener(TARGET, ROUTE_NAME),
+        b.route_configuration(ROUTE_NAME, [("/", route_to)]),
+    ]
+    for cluster, port in clusters.items():
+        resources.append(b.eds_cluster(cluster, http2=True))
+        resources.append(b.load_assignment(cluster, [("127.0.0.1", port)]))
+    return Snapshot(resources)
 
 
 class XdsClient:
@@ -196,6 +219,17 @@ class XdsClient:
         self.process.stdin.write(b"call\n")
         await self.process.stdin.drain()
         return await self.read_line(timeout=15)
+
+    async def burst(self, seconds: float, during: Callable[[], None], after: float) -> Runs:
+        """RPCs back to back for ``seconds``; ``during()`` runs ``after`` seconds in."""
+        assert self.process.stdin is not None
+        self.process.stdin.write(f"burst {seconds}\n".encode())
+        await self.process.stdin.drain()
+        assert await self.read_line(timeout=5) == "BURSTING"
+        await anyio.sleep(after)
+        during()
+        summary = json.loads(await self.read_line(timeout=seconds + 15))
+        return [(outcome, count) for outcome, count in summary["runs"]]
 
     async def call_until(self, expected: str, *, within: float, recorder: Recorder) -> float:
         """Call until the reply is ``OK expected``; returns how long it took."""
@@ -233,34 +267,52 @@ async def xds_client(xds_port: int, tmp_path: Path) -> AsyncIterator[XdsClient]:
     try:
         assert await client.read_line(timeout=20) == "READY"
         yield client
+        assert process.stdin is not None
+        process.stdin.write(b"quit\n")
+        await process.stdin.drain()
+        with anyio.fail_after(10):
+            code = await process.wait()
+        assert code == 0, f"the client exited with {code}:\n{client.log_tail()}"
     finally:
-        try:
-            if process.returncode is None and process.stdin is not None:
-                process.stdin.write(b"quit\n")
-                process.stdin.close()
-            with anyio.move_on_after(5):
-                await process.wait()
-        finally:
+        with anyio.CancelScope(shield=True):
+            if process.returncode is None:
+                with contextlib.suppress(OSError):  # it may be gone already
+                    assert process.stdin is not None
+                    process.stdin.close()
+                with anyio.move_on_after(5):
+                    await process.wait()
             if process.returncode is None:
                 process.kill()
                 await process.wait()
 
 
+@attrs.define
+class ControlPlane:
+    cache: SnapshotCache
+    recorder: Recorder
+    port: int
+
+
 @asynccontextmanager
-async def control_plane(initial: Snapshot) -> AsyncIterator[tuple[SnapshotCache, Recorder, int]]:
+async def control_plane(initial: Snapshot) -> AsyncIterator[ControlPlane]:
+    """xdscore serving ``initial`` to every node, on a free loopback port."""
     cache = SnapshotCache(group=same_for_all)
     cache.set_snapshot(None, initial)
     recorder = Recorder()
     async with GrpclibTransport(XdsServer(cache, callbacks=recorder)) as transport:
-        port = await transport.start()
-        yield cache, recorder, port
+        yield ControlPlane(cache, recorder, await transport.start())
 
 
 async def eventually(check: Callable[[], bool], what: str, recorder: Recorder) -> None:
-    with anyio.move_on_after(CONVERGE):
-        while not check():
-            await anyio.sleep(0.05)
-    assert check(), f"timed out waiting for {what}; exchange:\n{recorder.transcript()}"
+    deadline = time.monotonic() + CONVERGE
+    while True:
+        if check():
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"timed out waiting for {what}; exchange:\n{recorder.transcript()}"
+            )
+        await anyio.sleep(0.05)
 
 
 def assert_never_wildcard(recorder: Recorder) -> None:
@@ -285,9 +337,10 @@ def assert_never_wildcard(recorder: Recorder) -> None:
 async def test_grpc_client_resolves_through_lds_rds_cds_eds(tmp_path: Path) -> None:
     with grpc_backend("backend-a") as backend_port:
         async with (
-            control_plane(snapshot("cluster-a", backend_port)) as (_cache, recorder, port),
-            xds_client(port, tmp_path) as client,
+            control_plane(snapshot("cluster-a", {"cluster-a": backend_port})) as cp,
+            xds_client(cp.port, tmp_path) as client,
         ):
+            recorder = cp.recorder
             await client.call_until("backend-a", within=CONVERGE, recorder=recorder)
             await eventually(
                 lambda: all(recorder.acked_latest(t) for t in XDS_TYPES),
@@ -299,6 +352,7 @@ async def test_grpc_client_resolves_through_lds_rds_cds_eds(tmp_path: Path) -> N
 
     log = recorder.transcript()
     assert not recorder.nacks(), f"the client NACKed:\n{log}"
+    assert not recorder.on_nack_calls
     assert not [e for _, e in recorder.closed if e is not None], recorder.closed
 
     # One ADS stream, opened by the node from the bootstrap.
@@ -310,9 +364,9 @@ async def test_grpc_client_resolves_through_lds_rds_cds_eds(tmp_path: Path) -> N
     assert stream.node.id == NODE_ID
     assert stream.node.locality is not None
     assert stream.node.locality.zone == "z"
-    first = recorder.requests[0][1]
-    assert first.node is not None
-    assert first.node.id == NODE_ID
+    opening = recorder.requests[0][1]
+    assert opening.node is not None
+    assert opening.node.id == NODE_ID
     identified = [e for _, e in recorder.events if isinstance(e, NodeIdentified)]
     assert [e.node.id for e in identified] == [NODE_ID]
 
@@ -330,13 +384,21 @@ async def test_grpc_client_resolves_through_lds_rds_cds_eds(tmp_path: Path) -> N
         CLUSTER: ("cluster-a",),
         ENDPOINT: ("cluster-a",),
     }, log
-    # Each type was answered before the next one was asked for.
-    for earlier, later in zip(XDS_TYPES, XDS_TYPES[1:], strict=False):
-        asked = next(i for i, (_, r) in enumerate(recorder.requests) if r.type_url == later)
-        assert any(r.type_url == earlier for _, r in recorder.requests[:asked])
-        assert any(r.type_url == earlier for _, r in recorder.responses), log
 
-    # Every type ACKed, for exactly the version and nonce the server last sent.
+    # Each type was answered before the next one was asked for (the client only learns a
+    # name from the resource that references it).
+    def first(kind: type, type_url: str) -> int:
+        return next(
+            i
+            for i, item in enumerate(recorder.timeline)
+            if isinstance(item, kind) and item.type_url == type_url
+        )
+
+    for earlier, later in itertools.pairwise(XDS_TYPES):
+        assert first(SotwResponse, earlier) < first(DiscoveryRequest, later), log
+
+    # Every type ACKed (on_ack too), for exactly the version and nonce the server last sent.
+    assert {a.type_url for a in recorder.on_ack_calls} == set(XDS_TYPES), log
     for type_url in XDS_TYPES:
         assert recorder.acked_latest(type_url), f"{SHORT[type_url]} not ACKed:\n{log}"
         latest = recorder.last_response(type_url)
@@ -352,9 +414,10 @@ async def test_grpc_client_resolves_through_lds_rds_cds_eds(tmp_path: Path) -> N
 async def test_grpc_client_follows_route_to_new_cluster(tmp_path: Path) -> None:
     with grpc_backend("backend-a") as port_a, grpc_backend("backend-b") as port_b:
         async with (
-            control_plane(snapshot("cluster-a", port_a)) as (cache, recorder, port),
-            xds_client(port, tmp_path) as client,
+            control_plane(snapshot("cluster-a", {"cluster-a": port_a})) as cp,
+            xds_client(cp.port, tmp_path) as client,
         ):
+            cache, recorder = cp.cache, cp.recorder
             await client.call_until("backend-a", within=CONVERGE, recorder=recorder)
             await eventually(
                 lambda: all(recorder.acked_latest(t) for t in XDS_TYPES),
@@ -363,10 +426,12 @@ async def test_grpc_client_follows_route_to_new_cluster(tmp_path: Path) -> None:
             )
             before = {t: recorder.last_response(t) for t in XDS_TYPES}
 
-            # The route now sends everything to cluster-b; cluster-a is gone.
-            cache.set_snapshot(None, snapshot("cluster-b", port_b))
-            took = await client.call_until("backend-b", within=CONVERGE, recorder=recorder)
-            assert took < CONVERGE
+            # The route now sends everything to cluster-b, and cluster-a is gone in the same
+            # step. The server sends CDS before RDS, so the client briefly holds a route to
+            # a deleted cluster and RPCs fail ("CDS resource cluster-a: does not exist")
+            # until the new route lands: polling tolerates that; the next test avoids it.
+            cache.set_snapshot(None, snapshot("cluster-b", {"cluster-b": port_b}))
+            await client.call_until("backend-b", within=CONVERGE, recorder=recorder)
             for _ in range(5):
                 assert await client.call() == "OK backend-b"
 
@@ -386,6 +451,7 @@ async def test_grpc_client_follows_route_to_new_cluster(tmp_path: Path) -> None:
 
     log = recorder.transcript()
     assert not recorder.nacks(), f"the client NACKed:\n{log}"
+    assert not recorder.on_nack_calls
     assert len(recorder.streams) == 1, log
     assert recorder.streams[0].node is not None
     assert recorder.streams[0].node.id == NODE_ID
@@ -396,12 +462,64 @@ async def test_grpc_client_follows_route_to_new_cluster(tmp_path: Path) -> None:
     assert rds_after is not None
     assert rds_after.version_info != rds_before.version_info, log
     assert recorder.acked_latest(ROUTE)
-    # The LDS resource did not change.
-    lds_acks = recorder.acks(LISTENER)
-    assert {a.version_info for a in lds_acks} == {before[LISTENER].version_info}  # type: ignore[union-attr]
+    # The LDS resource did not change, so it was not sent again.
+    lds_before = before[LISTENER]
+    assert lds_before is not None
+    assert recorder.last_response(LISTENER) is lds_before, log
 
     # The client moved its subscriptions by name (a, then a+b or b, then b), never wildcard.
     cds_names = [c.subscription.names for c in recorder.subscriptions(CLUSTER)]
     assert cds_names[0] == frozenset({"cluster-a"}), log
     assert cds_names[-1] == frozenset({"cluster-b"}), log
+    assert_never_wildcard(recorder)
+
+
+async def test_grpc_client_switches_cluster_without_failing_rpcs(tmp_path: Path) -> None:
+    """Make-before-break: the new cluster is added while the old one stays, then it goes."""
+    with grpc_backend("backend-a") as port_a, grpc_backend("backend-b") as port_b:
+        async with (
+            control_plane(snapshot("cluster-a", {"cluster-a": port_a})) as cp,
+            xds_client(cp.port, tmp_path) as client,
+        ):
+            cache, recorder = cp.cache, cp.recorder
+            await client.call_until("backend-a", within=CONVERGE, recorder=recorder)
+            await eventually(
+                lambda: all(recorder.acked_latest(t) for t in XDS_TYPES),
+                "an ACK of every type",
+                recorder,
+            )
+
+            both = {"cluster-a": port_a, "cluster-b": port_b}
+            runs = await client.burst(
+                3.0, lambda: cache.set_snapshot(None, snapshot("cluster-b", both)), after=0.5
+            )
+            outcomes = [outcome for outcome, _ in runs]
+            assert outcomes == ["OK backend-a", "OK backend-b"], (
+                f"RPCs during the switch: {runs}\nexchange:\n{recorder.transcript()}"
+            )
+
+            await eventually(
+                lambda: (
+                    recorder.subscriptions(CLUSTER)[-1].subscription.names
+                    == recorder.subscriptions(ENDPOINT)[-1].subscription.names
+                    == frozenset({"cluster-b"})
+                    and all(recorder.acked_latest(t) for t in XDS_TYPES)
+                ),
+                "the client to drop cluster-a",
+                recorder,
+            )
+            # Now that nothing references or asks for cluster-a, removing it is a no-op.
+            sent = len(recorder.responses)
+            runs = await client.burst(
+                1.0,
+                lambda: cache.set_snapshot(None, snapshot("cluster-b", {"cluster-b": port_b})),
+                after=0.2,
+            )
+            assert [outcome for outcome, _ in runs] == ["OK backend-b"], runs
+
+    log = recorder.transcript()
+    assert not recorder.nacks(), f"the client NACKed:\n{log}"
+    assert not recorder.on_nack_calls
+    assert len(recorder.streams) == 1, log
+    assert len(recorder.responses) == sent, f"removing an unused cluster sent something:\n{log}"
     assert_never_wildcard(recorder)

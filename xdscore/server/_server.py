@@ -63,6 +63,8 @@ class XdsServer:
 
     ``control_plane_id`` is sent in every response's ``control_plane.identifier``.
     ``max_streams`` bounds concurrent streams; one more is refused with RESOURCE_EXHAUSTED.
+    ``ordered_ads`` applies make-before-break ordering on aggregated streams (see
+    :mod:`xdscore._ordering`); switch it off only to see what it prevents.
     """
 
     def __init__(
@@ -73,12 +75,14 @@ class XdsServer:
         limits: StreamLimits | None = None,
         control_plane_id: str = "",
         max_streams: int = 100_000,
+        ordered_ads: bool = True,
     ) -> None:
         self.cache = cache
         self.callbacks = callbacks or ServerCallbacks()
         self.limits = limits or StreamLimits()
         self.control_plane_id = control_plane_id
         self.max_streams = max_streams
+        self.ordered_ads = ordered_ads
         self._ids = itertools.count(1)
         self._streams: dict[int, ActiveStream] = {}
         self._closed = False
@@ -103,6 +107,7 @@ class XdsServer:
             nonce_source=lambda: f"{stream_id}.{next(counter)}",
             type_url=type_url,
             limits=self.limits,
+            ordered=self.ordered_ads,
         )
         info = StreamInfo(
             id=stream_id, protocol="sotw", type_url=type_url, peer=peer, opened_at=time.monotonic()
@@ -119,6 +124,7 @@ class XdsServer:
             nonce_source=lambda: f"{stream_id}.{next(counter)}",
             type_url=type_url,
             limits=self.limits,
+            ordered=self.ordered_ads,
         )
         info = StreamInfo(
             id=stream_id, protocol="delta", type_url=type_url, peer=peer, opened_at=time.monotonic()

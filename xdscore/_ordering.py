@@ -1,0 +1,86 @@
+"""Make-before-break on one aggregated stream: what may be sent now, and what must wait.
+
+Envoy warms a new cluster until its endpoints arrive and a new listener until its routes
+arrive, but it does not warm routes: a route that names a cluster the proxy does not have
+yet sends traffic into a 503, and so does removing a cluster an accepted route still names.
+Only on ADS, where one stream carries every type, can the server prevent both. The rules,
+applied by both state machines whenever they build a response on ADS:
+
+1. Types go out in make-before-break order (the ``rank`` of :mod:`xdscore._typeurls`:
+   SDS, CDS, EDS, LDS, ECDS, RDS, SRDS, VHDS, RTDS).
+2. A new or changed resource is **held back** while it refers to a lower-ranked resource
+   that the client wants (its subscription for that type covers the name) but does not
+   hold yet, or holds without the higher-ranked resources it warms on (a cluster without
+   its endpoints). References to higher-ranked types (a cluster's endpoints, a listener's
+   routes) are what Envoy warms on, and never hold anything back.
+3. A resource the client holds is **kept** (not removed, and in SotW still listed in full
+   state responses) while anything the client holds refers to it. It goes once the client
+   has acknowledged the resources that stopped referring to it; if it rejects them, the
+   old ones, and what they refer to, stay.
+
+"Holds" means acknowledged: what a client NACKs is not counted. Clients that subscribe by
+name to what they discover (proxyless gRPC) are not held back by names they have not asked
+for yet, so ordering cannot deadlock them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Protocol
+
+from ._resource import Resource
+from ._subscription import Subscription
+from ._typeurls import type_info
+
+__all__ = ["ClientHoldings", "blocked", "referenced"]
+
+
+class ClientHoldings(Protocol):
+    """What one aggregated stream's client wants and holds, per type."""
+
+    def subscription(self, type_url: str) -> Subscription | None:
+        """The client's subscription for ``type_url`` (``None``: never asked for it)."""
+        ...
+
+    def holds(self, type_url: str) -> Mapping[str, Resource]:
+        """The resources of ``type_url`` the client acknowledged, by name."""
+        ...
+
+
+def _rank(type_url: str) -> int:
+    return type_info(type_url).rank
+
+
+def blocked(resource: Resource, client: ClientHoldings) -> bool:
+    """True while sending ``resource`` could point the client at something it lacks."""
+    rank = _rank(resource.type_url)
+    for ref in resource.references:
+        if _rank(ref.type_url) >= rank:
+            continue
+        wanted = client.subscription(ref.type_url)
+        if wanted is None or not wanted.wants(ref.name):
+            continue
+        target = client.holds(ref.type_url).get(ref.name)
+        if target is None or not _warm(target, client):
+            return True
+    return False
+
+
+def _warm(resource: Resource, client: ClientHoldings) -> bool:
+    """Whether the client holds everything ``resource`` warms on (a cluster's endpoints)."""
+    rank = _rank(resource.type_url)
+    for ref in resource.references:
+        if _rank(ref.type_url) <= rank or client.subscription(ref.type_url) is None:
+            continue
+        if ref.name not in client.holds(ref.type_url):
+            return False
+    return True
+
+
+def referenced(client: ClientHoldings, type_urls: Iterable[str]) -> set[tuple[str, str]]:
+    """Every (type URL, name) that a held resource of ``type_urls`` refers to."""
+    found: set[tuple[str, str]] = set()
+    for type_url in type_urls:
+        for resource in client.holds(type_url).values():
+            found.update((ref.type_url, ref.name) for ref in resource.references)
+    return found
