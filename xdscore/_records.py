@@ -9,9 +9,13 @@ from collections.abc import Mapping
 
 import attrs
 
+from ._resource import Resource
+
 __all__ = [
     "DeltaDiscoveryRequest",
+    "DeltaDiscoveryResponse",
     "DiscoveryRequest",
+    "DiscoveryResponse",
     "ErrorDetail",
     "Locality",
     "Node",
@@ -76,3 +80,26 @@ class DeltaDiscoveryRequest:
     response_nonce: str = ""
     error_detail: ErrorDetail | None = None
     node: Node | None = None
+
+
+@attrs.frozen(kw_only=True)
+class DiscoveryResponse:
+    """A State-of-the-World response as a client sees it."""
+
+    type_url: str = ""
+    version_info: str = ""
+    nonce: str = ""
+    resources: tuple[Resource, ...] = ()
+    control_plane: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class DeltaDiscoveryResponse:
+    """An incremental (Delta) response as a client sees it."""
+
+    type_url: str = ""
+    system_version_info: str = ""
+    nonce: str = ""
+    resources: tuple[Resource, ...] = ()
+    removed_resources: tuple[str, ...] = ()
+    control_plane: str = ""

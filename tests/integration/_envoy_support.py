@@ -3,11 +3,17 @@ builders for a one-listener/one-route setup, traffic probes and config_dump read
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import subprocess
+import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.abc
 import attrs
 
 from xdscore import (
@@ -18,12 +24,17 @@ from xdscore import (
     DeltaDiscoveryRequest,
     DiscoveryRequest,
     Event,
+    GrpclibTransport,
     ResponseAcked,
     ResponseNacked,
     ServerCallbacks,
     Snapshot,
+    SnapshotCache,
     SotwResponse,
     StreamInfo,
+    Subscription,
+    XdsServer,
+    same_for_all,
 )
 from xdscore import builders as b
 from xdscore.testing import Envoy, http_get
@@ -33,16 +44,21 @@ __all__ = [
     "Recorder",
     "TrafficLog",
     "cds_version",
+    "cluster_timeouts",
     "cluster_versions",
+    "control_plane_process",
     "get",
     "lds_version",
     "make_snapshot",
     "route_versions",
+    "selection_version",
     "short",
+    "traffic_running",
     "wait_traffic",
 ]
 
 ALL_TYPES = (CLUSTER, ENDPOINT, LISTENER, ROUTE)
+_REPO = Path(__file__).resolve().parents[2]
 
 
 def short(type_url: str) -> str:
@@ -95,7 +111,7 @@ class Recorder(ServerCallbacks):
     def on_nack(self, stream: StreamInfo, event: ResponseNacked) -> None:
         self.entries.append(Entry("nack", stream, event))
 
-    def on_response(self, stream: StreamInfo, response: SotwResponse) -> None:
+    def on_response(self, stream: StreamInfo, response: Any) -> None:
         self.entries.append(Entry("response", stream, response))
 
     # -- queries -----------------------------------------------------------------------------
@@ -184,6 +200,13 @@ class Recorder(ServerCallbacks):
 # -- resources ------------------------------------------------------------------------------
 
 
+def selection_version(snapshot: Snapshot, type_url: str, names: Iterable[str]) -> str:
+    """The version of the ``names`` selection of ``type_url`` (an EDS/RDS response's version)."""
+    selection = snapshot.select(type_url, Subscription(frozenset(names)))
+    assert selection is not None, f"the snapshot has no {short(type_url)}"
+    return selection.version
+
+
 def make_snapshot(
     listener_port: int,
     backends: Mapping[str, int],
@@ -245,12 +268,12 @@ async def wait_traffic(
 
 @attrs.define
 class TrafficLog:
-    """Sends GET / through Envoy every ``interval`` seconds until stopped, recording results."""
+    """GET / results through Envoy: (monotonic time, status or None, body)."""
 
     port: int
     interval: float = 0.05
     results: list[tuple[float, int | None, str]] = attrs.field(factory=list)
-    _stop: anyio.Event = attrs.field(factory=anyio.Event)
+    _stop: asyncio.Event = attrs.field(factory=asyncio.Event)
 
     async def run(self) -> None:
         while not self._stop.is_set():
@@ -262,11 +285,69 @@ class TrafficLog:
             with anyio.move_on_after(self.interval):
                 await self._stop.wait()
 
-    def stop(self) -> None:
-        self._stop.set()
-
     def between(self, start: float, end: float) -> list[tuple[float, int | None, str]]:
         return [result for result in self.results if start <= result[0] <= end]
+
+
+@contextlib.asynccontextmanager
+async def traffic_running(port: int, interval: float = 0.05) -> AsyncIterator[TrafficLog]:
+    """Send GET / through Envoy every ``interval`` seconds while the block runs.
+
+    A plain asyncio task rather than a task group, so that a failure in the block reaches
+    the test as itself rather than inside an exception group.
+    """
+    log = TrafficLog(port, interval)
+    task = asyncio.create_task(log.run())
+    try:
+        yield log
+    finally:
+        log._stop.set()
+        with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+            await task
+
+
+# -- a control plane in another process -----------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def control_plane_process(
+    xds_port: int, listener_port: int, backend_port: int
+) -> AsyncIterator[anyio.abc.Process]:
+    """Serve ``make_snapshot(listener_port, {"backend_a": backend_port}, "backend_a")`` from
+    a separate Python process on ``xds_port``; it is killed when the block ends (or earlier
+    by the test, to simulate a crash)."""
+    command = [
+        sys.executable,
+        "-m",
+        "tests.integration._envoy_support",
+        str(xds_port),
+        str(listener_port),
+        str(backend_port),
+    ]
+    process = await anyio.open_process(command, cwd=_REPO, stderr=subprocess.STDOUT)
+    try:
+        assert process.stdout is not None
+        received = b""
+        with anyio.fail_after(30):
+            while b"ready" not in received:
+                chunk = await process.stdout.receive()
+                received += chunk
+        yield process
+    finally:
+        with anyio.CancelScope(shield=True):
+            if process.returncode is None:
+                process.kill()
+            await process.wait()
+            await process.aclose()
+
+
+async def _serve(xds_port: int, listener_port: int, backend_port: int) -> None:
+    cache = SnapshotCache(group=same_for_all)
+    cache.set_snapshot(None, make_snapshot(listener_port, {"backend_a": backend_port}, "backend_a"))
+    async with GrpclibTransport(XdsServer(cache)) as transport:
+        await transport.start(port=xds_port)
+        print("ready", flush=True)
+        await anyio.sleep_forever()
 
 
 # -- admin ----------------------------------------------------------------------------------
@@ -274,7 +355,7 @@ class TrafficLog:
 
 def _section(dump: Mapping[str, Any], suffix: str) -> dict[str, Any]:
     for config in dump["configs"]:
-        if config["@type"].endswith(suffix):
+        if config["@type"].endswith("." + suffix):
             return dict(config)
     raise AssertionError(f"no {suffix} in config_dump")
 
@@ -314,3 +395,7 @@ def route_versions(dump: Mapping[str, Any]) -> dict[str, str]:
         item["route_config"]["name"]: item["version_info"]
         for item in section.get("dynamic_route_configs", [])
     }
+
+
+if __name__ == "__main__":
+    anyio.run(_serve, int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]))

@@ -7,6 +7,7 @@ interface reports, and what traffic through Envoy's listener returns.
 
 from __future__ import annotations
 
+import functools
 import time
 
 import anyio
@@ -17,24 +18,27 @@ from xdscore import (
     ENDPOINT,
     LISTENER,
     ROUTE,
+    DiscoveryRequest,
     GrpclibTransport,
     SnapshotCache,
     XdsServer,
     same_for_all,
 )
-from xdscore.testing import Envoy, HttpBackend, envoy_bootstrap, free_port
+from xdscore.testing import Envoy, EnvoyError, HttpBackend, envoy_bootstrap, free_port
 
 from ._envoy_support import (
     ALL_TYPES,
     Recorder,
-    TrafficLog,
     cds_version,
     cluster_timeouts,
     cluster_versions,
+    control_plane_process,
     lds_version,
     make_snapshot,
     route_versions,
+    selection_version,
     short,
+    traffic_running,
     wait_traffic,
 )
 
@@ -72,9 +76,7 @@ async def _check_update(
     assert recorder.responses(LISTENER, since=mark) == [], recorder.dump(mark)
     assert recorder.nacks() == [], recorder.dump()
 
-    status, headers, _ = await wait_traffic(
-        envoy, listener_port, "hello-B", header=(HEADER, "v2")
-    )
+    status, _, _ = await wait_traffic(envoy, listener_port, "hello-B", header=(HEADER, "v2"))
     assert status == 200
 
     dump = await envoy.config_dump()
@@ -90,6 +92,8 @@ async def _check_update(
 
 
 async def test_ads_converges_routes_traffic_and_applies_update() -> None:
+    """SotW ADS: one stream, all four types ACKed, traffic; then a new cluster + route
+    header: CDS/RDS re-sent (LDS not), ACKed, in /config_dump at the sent versions, in traffic."""
     recorder = Recorder()
     with HttpBackend("hello-A") as backend_a, HttpBackend("hello-B") as backend_b:
         listener_port = free_port()
@@ -140,6 +144,8 @@ async def test_ads_converges_routes_traffic_and_applies_update() -> None:
 
 
 async def test_per_type_services_converge_route_traffic_and_apply_update() -> None:
+    """Per-type CDS/EDS/LDS/RDS services (no ADS): every stream is per-type and carries only
+    its type; converges, routes traffic, applies the same update as the ADS test."""
     recorder = Recorder()
     with HttpBackend("hello-A") as backend_a, HttpBackend("hello-B") as backend_b:
         listener_port = free_port()
@@ -191,6 +197,9 @@ async def test_per_type_services_converge_route_traffic_and_apply_update() -> No
 
 
 async def test_nack_is_reported_not_resent_and_recovered() -> None:
+    """A cluster with connect_timeout 0s is NACKed: on_nack has the error, Envoy counts the
+    rejection and keeps the old cluster and traffic; the rejected version is sent exactly once
+    over ~3.5 s of unrelated RDS activity on the same stream; the fixed cluster is ACKed."""
     recorder = Recorder()
     with HttpBackend("hello-A") as backend_a:
         listener_port = free_port()
@@ -213,8 +222,8 @@ async def test_nack_is_reported_not_resent_and_recovered() -> None:
                 await envoy.wait_for(
                     lambda: recorder.nacks(CLUSTER, since=mark), what="the CDS NACK"
                 )
-                [nack] = recorder.nacks(CLUSTER, since=mark)
-                [sent] = recorder.responses(CLUSTER, since=mark)
+                nack = recorder.nacks(CLUSTER, since=mark)[0]
+                sent = recorder.responses(CLUSTER, since=mark)[0]
                 assert nack.rejected == sent.version_info == bad.version(CLUSTER)
                 assert nack.nonce == sent.nonce
                 assert nack.version_info == before[CLUSTER]  # what Envoy still holds
@@ -245,7 +254,7 @@ async def test_nack_is_reported_not_resent_and_recovered() -> None:
                         ),
                     )
                     await envoy.wait_for(
-                        lambda m=route_mark: ROUTE in recorder.acked_versions([ROUTE], since=m),
+                        functools.partial(_acked, recorder, ROUTE, route_mark),
                         what="the unrelated RDS change ACKed",
                     )
                     await wait_traffic(
@@ -260,6 +269,7 @@ async def test_nack_is_reported_not_resent_and_recovered() -> None:
                     if response.version_info == sent.version_info
                 ]
                 assert len(carrying_rejected) == 1, recorder.dump(mark)
+                assert recorder.nacks(since=mark) == [nack], recorder.dump(mark)
                 assert recorder.responses(CLUSTER, since=mark) == [sent], recorder.dump(mark)
                 assert recorder.opened() == [stream]
                 assert recorder.closed() == []
@@ -289,7 +299,105 @@ async def test_nack_is_reported_not_resent_and_recovered() -> None:
                 await wait_traffic(envoy, listener_port, "hello-A", header=(HEADER, "r2"))
 
 
+def _acked(recorder: Recorder, type_url: str, since: int) -> bool:
+    """Whether the latest response of ``type_url`` sent after ``since`` was ACKed."""
+    return type_url in recorder.acked_versions([type_url], since=since)
+
+
+async def _wait_disconnected(envoy: Envoy, recorder: Recorder | None = None) -> None:
+    """Wait until Envoy reports it lost the control plane (``control_plane.connected_state``)."""
+
+    async def disconnected() -> bool:
+        return (await envoy.stats()).get("control_plane.connected_state") == 0
+
+    try:
+        await envoy.wait_for(disconnected, timeout=10, what="Envoy to lose the control plane")
+    except EnvoyError as exc:
+        stats = await envoy.stats()
+        state = {
+            name: value
+            for name, value in stats.items()
+            if name.startswith("control_plane.")
+            or (
+                name.endswith(("upstream_cx_active", "streams_active", "upstream_rq_active"))
+                and name.startswith("cluster.xds_cluster.")
+            )
+        }
+        log = recorder.dump() if recorder is not None else ""
+        raise AssertionError(
+            f"10 s after the control plane stopped, Envoy still holds its stream: {state}\n{log}"
+        ) from exc
+
+
+async def _check_resumed(
+    envoy: Envoy,
+    recorder: Recorder,
+    mark: int,
+    *,
+    held: dict[str, str],
+    cache: SnapshotCache,
+    listener_port: int,
+    backend_port: int,
+) -> None:
+    """After Envoy reconnected to a fresh server with unchanged contents (log from ``mark``):
+    it presented what it holds, nothing was re-sent, and the new stream delivers updates."""
+    await envoy.wait_for(
+        lambda: {r.type_url for r in recorder.requests(since=mark)} >= set(ALL_TYPES),
+        what="Envoy to reconnect and ask for every type",
+    )
+    # Give the server time to answer, were it (wrongly) to answer.
+    await anyio.sleep(2.0)
+    [new_stream] = recorder.opened(since=mark)
+    assert new_stream.type_url is None
+    # The first request of each type presents what Envoy holds (no nonce on a new stream).
+    firsts: dict[str, DiscoveryRequest] = {}
+    for request in recorder.requests(since=mark):
+        firsts.setdefault(request.type_url, request)
+    for type_url in ALL_TYPES:
+        request = firsts[type_url]
+        assert request.version_info, recorder.dump(mark)
+        assert request.response_nonce == "", recorder.dump(mark)
+        assert request.version_info == held[type_url], recorder.dump(mark)
+    # Nothing changed, so nothing is sent: not CDS and LDS, and not the EDS and RDS
+    # that Envoy also already holds (content versions agree across servers).
+    for type_url in ALL_TYPES:
+        assert recorder.responses(type_url, since=mark) == [], (
+            f"{short(type_url)} re-sent after reconnect:\n" + recorder.dump(mark)
+        )
+    assert recorder.nacks(since=mark) == []
+
+    # The new stream is live: a change is delivered and applied, and only that change.
+    update_mark = recorder.mark()
+    cache.set_snapshot(
+        None,
+        make_snapshot(
+            listener_port,
+            {"backend_a": backend_port},
+            "backend_a",
+            headers={HEADER: "after-restart"},
+        ),
+    )
+    await envoy.wait_for(
+        lambda: ROUTE in recorder.acked_versions([ROUTE], since=update_mark),
+        what="the post-restart RDS change ACKed",
+    )
+    await wait_traffic(envoy, listener_port, "hello-A", header=(HEADER, "after-restart"))
+    sent = recorder.responses(since=update_mark)
+    assert [response.type_url for response in sent] == [ROUTE], recorder.dump(update_mark)
+    dump = await envoy.config_dump()
+    assert route_versions(dump) == {"route_0": sent[0].version_info}
+    assert cds_version(dump) == held[CLUSTER]
+    assert lds_version(dump) == held[LISTENER]
+
+
+def _all_ok(results: list[tuple[float, int | None, str]]) -> bool:
+    return all(status == 200 and body == "hello-A" for _, status, body in results)
+
+
 async def test_control_plane_restart_resumes_without_resending() -> None:
+    """Stop the transport, start a new server (same contents) on the same port: Envoy sees
+    the stream end, serves 200s throughout, reconnects presenting the versions it holds, is
+    sent nothing for any type, and the new stream delivers a later change."""
     recorder = Recorder()
     with HttpBackend("hello-A") as backend_a:
         listener_port = free_port()
@@ -304,79 +412,95 @@ async def test_control_plane_restart_resumes_without_resending() -> None:
                 held = await _converge(envoy, recorder)
                 await wait_traffic(envoy, listener_port, "hello-A")
                 [old_stream] = recorder.opened()
-                traffic = TrafficLog(listener_port)
-                async with anyio.create_task_group() as group:
-                    group.start_soon(traffic.run)
+                async with traffic_running(listener_port) as traffic:
                     await anyio.sleep(0.3)
 
                     # The control plane goes away; Envoy keeps serving what it has.
                     down_at = time.monotonic()
                     await first.stop()
                     assert recorder.closed() == [old_stream]
-                    await anyio.sleep(1.5)
+                    await _wait_disconnected(envoy, recorder)
+                    await anyio.sleep(1.0)
                     outage = traffic.between(down_at, time.monotonic())
+                    assert len(outage) >= 5, outage
+                    assert _all_ok(outage), outage
 
                     # A new server over the same cache contents, on the same port.
                     cache2 = SnapshotCache(group=same_for_all)
                     cache2.set_snapshot(None, snapshot)
                     mark = recorder.mark()
-                    second = GrpclibTransport(XdsServer(cache2, callbacks=recorder))
-                    async with second:
+                    async with GrpclibTransport(XdsServer(cache2, callbacks=recorder)) as second:
                         assert await second.start(port=xds_port) == xds_port
-                        await envoy.wait_for(
-                            lambda: {r.type_url for r in recorder.requests(since=mark)}
-                            >= set(ALL_TYPES),
-                            what="Envoy to reconnect and ask for every type",
+                        await _check_resumed(
+                            envoy,
+                            recorder,
+                            mark,
+                            held=held,
+                            cache=cache2,
+                            listener_port=listener_port,
+                            backend_port=backend_a.port,
                         )
-                        # Give the server time to answer, were it (wrongly) to answer.
-                        await anyio.sleep(2.0)
-                        [new_stream] = recorder.opened(since=mark)
-                        assert new_stream.type_url is None
-                        # The first request of each type presents what Envoy holds.
-                        firsts = {}
-                        for request in recorder.requests(since=mark):
-                            firsts.setdefault(request.type_url, request)
-                        for type_url in ALL_TYPES:
-                            request = firsts[type_url]
-                            assert request.response_nonce == "", recorder.dump(mark)
-                            assert request.version_info == held[type_url], recorder.dump(mark)
-                        # Nothing changed, so nothing is sent: not CDS and LDS, and not the
-                        # EDS and RDS that Envoy also already holds.
-                        for type_url in ALL_TYPES:
-                            assert recorder.responses(type_url, since=mark) == [], (
-                                f"{short(type_url)} re-sent after reconnect:\n"
-                                + recorder.dump(mark)
-                            )
+                assert traffic.results
+                assert all(status == 200 for _, status, _ in traffic.results), traffic.results
 
-                        # The new stream is live: a change is delivered and applied.
-                        update_mark = recorder.mark()
-                        cache2.set_snapshot(
-                            None,
-                            make_snapshot(
-                                listener_port,
-                                {"backend_a": backend_a.port},
-                                "backend_a",
-                                headers={HEADER: "after-restart"},
-                            ),
-                        )
-                        await envoy.wait_for(
-                            lambda: ROUTE in recorder.acked_versions([ROUTE], since=update_mark),
-                            what="the post-restart RDS change ACKed",
-                        )
-                        await wait_traffic(
-                            envoy, listener_port, "hello-A", header=(HEADER, "after-restart")
-                        )
-                        assert [r.type_url for r in recorder.responses(since=update_mark)] == [
-                            ROUTE
-                        ], recorder.dump(update_mark)
-                        route_version = recorder.responses(ROUTE, since=update_mark)[0]
-                        dump = await envoy.config_dump()
-                        assert route_versions(dump) == {"route_0": route_version.version_info}
-                        assert cds_version(dump) == held[CLUSTER]
-                        assert lds_version(dump) == held[LISTENER]
-                    traffic.stop()
 
-        assert len(outage) >= 5, outage
-        assert all(status == 200 and body == "hello-A" for _, status, body in outage), outage
-        assert traffic.results
-        assert all(status == 200 for _, status, _ in traffic.results), traffic.results
+async def test_control_plane_process_restart_resumes_without_resending() -> None:
+    """The same restart with the first control plane in its own process, killed (a crash).
+
+    The kernel closes its connections, so Envoy sees the stream fail and reconnects to a new
+    in-process server. Content versions are hashes, so the two processes agree on them.
+    """
+    recorder = Recorder()
+    with HttpBackend("hello-A") as backend_a:
+        listener_port = free_port()
+        xds_port = free_port()
+        snapshot = make_snapshot(listener_port, {"backend_a": backend_a.port}, "backend_a")
+        async with (
+            control_plane_process(xds_port, listener_port, backend_a.port) as process,
+            Envoy(envoy_bootstrap(xds_port=xds_port)) as envoy,
+        ):
+            await wait_traffic(envoy, listener_port, "hello-A")
+            await envoy.wait_for(lambda: _route_held(envoy), what="Envoy to hold route_0")
+            dump = await envoy.config_dump()
+            # What Envoy holds, as the other process versioned it, is what this one computes.
+            assert cds_version(dump) == snapshot.version(CLUSTER)
+            assert lds_version(dump) == snapshot.version(LISTENER)
+            held = {
+                CLUSTER: snapshot.version(CLUSTER),
+                LISTENER: snapshot.version(LISTENER),
+                ENDPOINT: selection_version(snapshot, ENDPOINT, ["backend_a"]),
+                ROUTE: selection_version(snapshot, ROUTE, ["route_0"]),
+            }
+            assert route_versions(dump) == {"route_0": held[ROUTE]}
+
+            async with traffic_running(listener_port) as traffic:
+                await anyio.sleep(0.3)
+                down_at = time.monotonic()
+                process.kill()
+                await process.wait()
+                await _wait_disconnected(envoy)
+                await anyio.sleep(1.0)
+                outage = traffic.between(down_at, time.monotonic())
+                assert len(outage) >= 5, outage
+                assert _all_ok(outage), outage
+
+                cache = SnapshotCache(group=same_for_all)
+                cache.set_snapshot(None, snapshot)
+                mark = recorder.mark()
+                async with GrpclibTransport(XdsServer(cache, callbacks=recorder)) as server:
+                    assert await server.start(port=xds_port) == xds_port
+                    await _check_resumed(
+                        envoy,
+                        recorder,
+                        mark,
+                        held=held,
+                        cache=cache,
+                        listener_port=listener_port,
+                        backend_port=backend_a.port,
+                    )
+            assert traffic.results
+            assert all(status == 200 for _, status, _ in traffic.results), traffic.results
+
+
+async def _route_held(envoy: Envoy) -> bool:
+    return "route_0" in route_versions(await envoy.config_dump())

@@ -16,13 +16,24 @@ from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 
 from .._errors import GrpcStatus, RemoteProtocolError
-from .._records import DeltaDiscoveryRequest, DiscoveryRequest, ErrorDetail, Locality, Node
+from .._records import (
+    DeltaDiscoveryRequest,
+    DeltaDiscoveryResponse,
+    DiscoveryRequest,
+    DiscoveryResponse,
+    ErrorDetail,
+    Locality,
+    Node,
+)
 from .._resource import Resource
 from ._framing import bytes_field, string_field
+from ._reader import WireError, name_field
 
 __all__ = [
     "decode_delta_request",
+    "decode_delta_response",
     "decode_request",
+    "decode_response",
     "encode_delta_request",
     "encode_delta_response",
     "encode_request",
@@ -220,3 +231,48 @@ def node_from_fields(
     message = _node_message(draft)
     assert message is not None
     return _node(message)
+
+
+def decode_response(data: bytes) -> DiscoveryResponse:
+    """Decode a ``DiscoveryResponse`` (the client side); names are read from field 1."""
+    try:
+        message = discovery_pb2.DiscoveryResponse.FromString(data)
+        resources = tuple(
+            Resource(type_url=item.type_url, name=name_field(item.value), body=item.value)
+            for item in message.resources
+        )
+    except (DecodeError, WireError, UnicodeDecodeError) as exc:
+        raise RemoteProtocolError(f"malformed DiscoveryResponse: {exc}") from None
+    return DiscoveryResponse(
+        type_url=message.type_url,
+        version_info=message.version_info,
+        nonce=message.nonce,
+        resources=resources,
+        control_plane=message.control_plane.identifier,
+    )
+
+
+def decode_delta_response(data: bytes) -> DeltaDiscoveryResponse:
+    """Decode a ``DeltaDiscoveryResponse`` (the client side)."""
+    try:
+        message = discovery_pb2.DeltaDiscoveryResponse.FromString(data)
+    except DecodeError as exc:
+        raise RemoteProtocolError(f"malformed DeltaDiscoveryResponse: {exc}") from None
+    resources = tuple(
+        Resource(
+            type_url=item.resource.type_url or message.type_url,
+            name=item.name,
+            body=item.resource.value,
+            version=item.version,
+            aliases=tuple(item.aliases),
+        )
+        for item in message.resources
+    )
+    return DeltaDiscoveryResponse(
+        type_url=message.type_url,
+        system_version_info=message.system_version_info,
+        nonce=message.nonce,
+        resources=resources,
+        removed_resources=tuple(message.removed_resources),
+        control_plane=message.control_plane.identifier,
+    )

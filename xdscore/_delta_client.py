@@ -1,0 +1,241 @@
+"""The client side of one Delta stream, behaving like Envoy's, as a pure state machine.
+
+Theory of operation
+-------------------
+Per type the client keeps Envoy's three sets:
+
+* ``requested``: names it subscribed to, each with the version it holds, or ``None`` while
+  it waits for the server (just subscribed, or removed by the server while still wanted);
+* ``wildcard_received``: resources it holds only because it is subscribed to the wildcard;
+* ``ambiguous``: names it unsubscribed while subscribed to the wildcard, held until the
+  server says whether they are still in the wildcard (a resource) or gone (a removal).
+
+:meth:`~DeltaClientStream.subscribe` and :meth:`~DeltaClientStream.unsubscribe` return the
+request to send; the first request of a wildcard-capable type with no names is legacy
+wildcard. :meth:`~DeltaClientStream.receive` applies a response and returns the ACK (nonce
+only) or NACK. A response is rejected when a name repeats, a name is both updated and
+removed, or the ``validate`` hook objects. A resource with no body whose version equals the
+held one is a heartbeat. :meth:`~DeltaClientStream.reconnect` returns the first requests of
+a new stream: every requested name (and ``*`` when explicit) with
+``initial_resource_versions`` listing every held resource, names still waiting omitted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import attrs
+
+from ._errors import GrpcStatus, LocalProtocolError
+from ._records import DeltaDiscoveryRequest, DeltaDiscoveryResponse, ErrorDetail, Node
+from ._resource import Resource
+from ._sotw_client import Validator
+from ._subscription import WILDCARD
+from ._typeurls import type_info
+
+__all__ = ["DeltaClientStream", "DeltaClientTypeState"]
+
+
+@attrs.frozen(kw_only=True)
+class DeltaClientTypeState:
+    """What a Delta client wants and holds of one type (see the module docstring)."""
+
+    wildcard: bool = False
+    legacy: bool = False
+    requested: Mapping[str, Resource | None] = attrs.field(factory=dict)
+    wildcard_received: Mapping[str, Resource] = attrs.field(factory=dict)
+    ambiguous: Mapping[str, Resource] = attrs.field(factory=dict)
+    nonce: str = ""
+    last_error: ErrorDetail | None = None
+    accepted: int = 0
+    rejected: int = 0
+
+    def holds(self) -> dict[str, Resource]:
+        """Every resource held, by name."""
+        held: dict[str, Resource] = dict(self.wildcard_received)
+        held.update(self.ambiguous)
+        held.update({n: r for n, r in self.requested.items() if r is not None})
+        return held
+
+
+class DeltaClientStream:
+    """The client side of a Delta ADS stream, as Envoy drives one."""
+
+    def __init__(
+        self,
+        *,
+        node: Node,
+        validate: Validator | None = None,
+        node_on_first_request_only: bool = True,
+    ) -> None:
+        self.node = node
+        self._validate = validate
+        self._node_once = node_on_first_request_only
+        self._node_sent = False
+        self._types: dict[str, DeltaClientTypeState] = {}
+
+    def state(self, type_url: str) -> DeltaClientTypeState | None:
+        """The client's state for ``type_url``, if it ever subscribed to it."""
+        return self._types.get(type_url)
+
+    def holds(self, type_url: str) -> Mapping[str, Resource]:
+        """The resources of ``type_url`` the client holds."""
+        state = self._types.get(type_url)
+        return state.holds() if state is not None else {}
+
+    def type_urls(self) -> list[str]:
+        """Every type subscribed, in the order of the first subscription."""
+        return list(self._types)
+
+    def subscribe(self, type_url: str, names: Iterable[str] = ()) -> DeltaDiscoveryRequest:
+        """Subscribe to ``names`` (``*`` for the wildcard); none on a first request is legacy."""
+        added = tuple(sorted(set(names)))
+        state = self._types.get(type_url)
+        if state is None:
+            info = type_info(type_url)
+            legacy = not added and info.wildcard_capable
+            state = DeltaClientTypeState(wildcard=legacy or WILDCARD in added, legacy=legacy)
+        elif added:
+            state = attrs.evolve(
+                state,
+                wildcard=(state.wildcard and not state.legacy) or WILDCARD in added,
+                legacy=False,
+            )
+        requested = dict(state.requested)
+        ambiguous = dict(state.ambiguous)
+        received = dict(state.wildcard_received)
+        for name in added:
+            if name == WILDCARD or name in requested:
+                continue
+            held = received.pop(name, None) or ambiguous.pop(name, None)
+            requested[name] = held
+        state = attrs.evolve(
+            state, requested=requested, ambiguous=ambiguous, wildcard_received=received
+        )
+        self._types[type_url] = state
+        return self._request(type_url, subscribe=added)
+
+    def unsubscribe(self, type_url: str, names: Iterable[str]) -> DeltaDiscoveryRequest:
+        """Unsubscribe from ``names`` (``*`` leaves the wildcard)."""
+        state = self._types.get(type_url)
+        if state is None:
+            raise LocalProtocolError(f"never subscribed to {type_url!r}")
+        removed = tuple(sorted(set(names)))
+        requested = dict(state.requested)
+        ambiguous = dict(state.ambiguous)
+        received = dict(state.wildcard_received)
+        wildcard = state.wildcard and WILDCARD not in removed
+        for name in removed:
+            if name == WILDCARD:
+                continue
+            held = requested.pop(name, None)
+            if wildcard and held is not None:
+                ambiguous[name] = held
+        if not wildcard:
+            received.clear()
+            ambiguous.clear()
+        self._types[type_url] = attrs.evolve(
+            state,
+            wildcard=wildcard,
+            legacy=state.legacy and wildcard,
+            requested=requested,
+            ambiguous=ambiguous,
+            wildcard_received=received,
+        )
+        return self._request(type_url, unsubscribe=removed)
+
+    def receive(self, response: DeltaDiscoveryResponse) -> DeltaDiscoveryRequest:
+        """Apply a response; return the ACK or NACK (nonce, and ``error_detail`` if NACK)."""
+        type_url = response.type_url
+        state = self._types.get(type_url)
+        if state is None:
+            raise LocalProtocolError(f"response for {type_url!r}, never subscribed")
+        error = self._problem(response)
+        if error is not None:
+            detail = ErrorDetail(code=GrpcStatus.INTERNAL, message=error)
+            self._types[type_url] = attrs.evolve(
+                state, nonce=response.nonce, last_error=detail, rejected=state.rejected + 1
+            )
+            return self._request(type_url, nonce=response.nonce, error=detail)
+        requested = dict(state.requested)
+        ambiguous = dict(state.ambiguous)
+        received = dict(state.wildcard_received)
+        for resource in response.resources:
+            name = resource.name
+            held = requested.get(name) or received.get(name) or ambiguous.get(name)
+            if not resource.body and held is not None and held.version == resource.version:
+                continue  # heartbeat
+            if name in requested:
+                requested[name] = resource
+            elif state.wildcard:
+                ambiguous.pop(name, None)
+                received[name] = resource
+        for name in response.removed_resources:
+            if name in requested:
+                requested[name] = None
+            received.pop(name, None)
+            ambiguous.pop(name, None)
+        self._types[type_url] = attrs.evolve(
+            state,
+            requested=requested,
+            ambiguous=ambiguous,
+            wildcard_received=received,
+            nonce=response.nonce,
+            last_error=None,
+            accepted=state.accepted + 1,
+        )
+        return self._request(type_url, nonce=response.nonce)
+
+    def reconnect(self) -> list[DeltaDiscoveryRequest]:
+        """The first requests of a new stream, one per subscribed type."""
+        self._node_sent = False
+        requests = []
+        for type_url, state in self._types.items():
+            state = attrs.evolve(state, nonce="")
+            self._types[type_url] = state
+            names = sorted(state.requested)
+            if state.wildcard and not state.legacy:
+                names.insert(0, WILDCARD)
+            held = {name: resource.version for name, resource in state.holds().items()}
+            requests.append(self._request(type_url, subscribe=tuple(names), initial=held))
+        return requests
+
+    def _problem(self, response: DeltaDiscoveryResponse) -> str | None:
+        seen: set[str] = set()
+        for resource in response.resources:
+            if resource.name in seen:
+                return f"duplicate resource name {resource.name!r}"
+            seen.add(resource.name)
+            if resource.body and resource.type_url != response.type_url:
+                return f"resource type {resource.type_url} does not match {response.type_url}"
+        both = seen.intersection(response.removed_resources)
+        if both:
+            return f"{sorted(both)[0]!r} is both updated and removed"
+        if len(set(response.removed_resources)) != len(response.removed_resources):
+            return "duplicate name in removed_resources"
+        if self._validate is not None:
+            bodies = [resource for resource in response.resources if resource.body]
+            return self._validate(response.type_url, bodies)
+        return None
+
+    def _request(
+        self,
+        type_url: str,
+        *,
+        subscribe: tuple[str, ...] = (),
+        unsubscribe: tuple[str, ...] = (),
+        nonce: str = "",
+        error: ErrorDetail | None = None,
+        initial: Mapping[str, str] | None = None,
+    ) -> DeltaDiscoveryRequest:
+        node = None if self._node_once and self._node_sent else self.node
+        self._node_sent = True
+        return DeltaDiscoveryRequest(
+            type_url=type_url,
+            resource_names_subscribe=subscribe,
+            resource_names_unsubscribe=unsubscribe,
+            initial_resource_versions=dict(initial or {}),
+            response_nonce=nonce,
+            error_detail=error,
+            node=node,
+        )

@@ -1,0 +1,190 @@
+"""The client side of one State-of-the-World stream, behaving like Envoy's, as a pure machine.
+
+Theory of operation
+-------------------
+A :class:`SotwClientStream` holds, per type, what the client watches and what it accepted.
+Verbs return the request to send: :meth:`~SotwClientStream.watch` replaces the watched set
+of a type (``None`` means legacy wildcard, ``"*"`` among the names an explicit one), and
+:meth:`~SotwClientStream.receive` applies a response and returns the ACK or NACK to send.
+After a disconnect, :meth:`~SotwClientStream.reconnect` returns the first requests of the
+new stream: every watched type with the last accepted version and no nonce.
+
+Like Envoy:
+
+* Every request carries the full watched set, the last *accepted* version and the latest
+  nonce received for the type (so a NACK keeps the old version).
+* The node is sent on every request (or only on the first, like gRPC, with
+  ``node_on_first_request_only``).
+* A response is rejected (NACK: ``error_detail`` with code INTERNAL) when a resource's
+  type differs from the response's, a name repeats, or the ``validate`` hook objects.
+* LDS, CDS and SRDS responses replace the whole set; for other types each resource is
+  replaced on its own and names not in the response are kept while still watched.
+* Resources that were not asked for are ignored; a non-empty response for a type nobody
+  watches is answered with a request that keeps the old version (a de-facto NACK).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+import attrs
+
+from ._errors import GrpcStatus, LocalProtocolError
+from ._records import DiscoveryRequest, DiscoveryResponse, ErrorDetail, Node
+from ._resource import Resource
+from ._subscription import WILDCARD, Subscription
+from ._typeurls import type_info
+
+__all__ = ["ClientTypeState", "SotwClientStream", "Validator"]
+
+Validator = Callable[[str, Sequence[Resource]], str | None]
+"""Given a type URL and the resources of a response, an error message to NACK with."""
+
+
+@attrs.frozen(kw_only=True)
+class ClientTypeState:
+    """What the client watches and holds of one type."""
+
+    subscription: Subscription
+    version_info: str = ""
+    nonce: str = ""
+    resources: Mapping[str, Resource] = attrs.field(factory=dict)
+    last_error: ErrorDetail | None = None
+    accepted: int = 0
+    rejected: int = 0
+
+
+class SotwClientStream:
+    """The client side of a SotW ADS stream, as Envoy (or gRPC) drives one."""
+
+    def __init__(
+        self,
+        *,
+        node: Node,
+        validate: Validator | None = None,
+        node_on_first_request_only: bool = False,
+    ) -> None:
+        self.node = node
+        self._validate = validate
+        self._node_once = node_on_first_request_only
+        self._node_sent = False
+        self._types: dict[str, ClientTypeState] = {}
+
+    def state(self, type_url: str) -> ClientTypeState | None:
+        """The client's state for ``type_url``, if it ever watched it."""
+        return self._types.get(type_url)
+
+    def holds(self, type_url: str) -> Mapping[str, Resource]:
+        """The resources of ``type_url`` the client accepted and still watches."""
+        state = self._types.get(type_url)
+        return state.resources if state is not None else {}
+
+    def type_urls(self) -> list[str]:
+        """Every type the client watches, in the order it first watched them."""
+        return list(self._types)
+
+    def watch(self, type_url: str, names: Iterable[str] | None) -> DiscoveryRequest:
+        """Watch exactly ``names`` of ``type_url`` (``None``: legacy wildcard)."""
+        info = type_info(type_url)
+        previous = self._types.get(type_url)
+        listed = () if names is None else tuple(sorted(set(names)))
+        if names is None and not info.wildcard_capable:
+            raise LocalProtocolError(f"{info.short_name} cannot be watched with a wildcard")
+        subscription = Subscription.sotw(
+            previous.subscription if previous is not None else None,
+            listed,
+            wildcard_capable=info.wildcard_capable,
+        )
+        if previous is None:
+            state = ClientTypeState(subscription=subscription)
+        else:
+            kept = {n: r for n, r in previous.resources.items() if subscription.wants(n)}
+            state = attrs.evolve(previous, subscription=subscription, resources=kept)
+        self._types[type_url] = state
+        return self._request(type_url, state, state.version_info, listed)
+
+    def receive(self, response: DiscoveryResponse) -> DiscoveryRequest:
+        """Apply a response; return the ACK or NACK to send."""
+        type_url = response.type_url
+        state = self._types.get(type_url)
+        if state is None:
+            raise LocalProtocolError(f"response for {type_url!r}, which the client never watched")
+        error = self._problem(response, state)
+        if error is not None:
+            detail = ErrorDetail(code=GrpcStatus.INTERNAL, message=error)
+            state = attrs.evolve(
+                state, nonce=response.nonce, last_error=detail, rejected=state.rejected + 1
+            )
+            self._types[type_url] = state
+            return self._request(type_url, state, state.version_info, None, error=detail)
+        if state.subscription.empty:
+            # Nothing is watched: keep the old version, as Envoy does.
+            state = attrs.evolve(state, nonce=response.nonce)
+            self._types[type_url] = state
+            return self._request(type_url, state, state.version_info, None)
+        wanted = {r.name: r for r in response.resources if state.subscription.wants(r.name)}
+        full_state = type_info(type_url).sotw_full_state
+        resources = wanted if full_state else {**state.resources, **wanted}
+        state = attrs.evolve(
+            state,
+            version_info=response.version_info,
+            nonce=response.nonce,
+            resources=resources,
+            last_error=None,
+            accepted=state.accepted + 1,
+        )
+        self._types[type_url] = state
+        return self._request(type_url, state, state.version_info, None)
+
+    def reconnect(self) -> list[DiscoveryRequest]:
+        """Forget nonces (they do not survive a stream) and re-request every watched type."""
+        self._node_sent = False
+        requests = []
+        for type_url, state in self._types.items():
+            state = attrs.evolve(state, nonce="")
+            self._types[type_url] = state
+            requests.append(self._request(type_url, state, state.version_info, None))
+        return requests
+
+    def _problem(self, response: DiscoveryResponse, state: ClientTypeState) -> str | None:
+        seen: set[str] = set()
+        for resource in response.resources:
+            if resource.type_url != response.type_url:
+                return (
+                    f"resource type {resource.type_url} does not match "
+                    f"response type {response.type_url}"
+                )
+            if resource.name in seen:
+                return f"duplicate resource name {resource.name!r}"
+            seen.add(resource.name)
+        if state.subscription.empty and response.resources:
+            return None
+        if self._validate is not None:
+            return self._validate(response.type_url, response.resources)
+        return None
+
+    def _request(
+        self,
+        type_url: str,
+        state: ClientTypeState,
+        version_info: str,
+        listed: tuple[str, ...] | None,
+        *,
+        error: ErrorDetail | None = None,
+    ) -> DiscoveryRequest:
+        if listed is None:
+            subscription = state.subscription
+            names = sorted(subscription.names)
+            if subscription.wildcard and not subscription.legacy:
+                names = [WILDCARD, *names]
+            listed = tuple(names)
+        node = None if self._node_once and self._node_sent else self.node
+        self._node_sent = True
+        return DiscoveryRequest(
+            type_url=type_url,
+            version_info=version_info,
+            resource_names=listed,
+            response_nonce=state.nonce,
+            error_detail=error,
+            node=node,
+        )

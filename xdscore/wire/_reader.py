@@ -1,0 +1,74 @@
+"""Reading protobuf wire format without a schema: just enough to find a resource's name.
+
+A client of SotW needs each resource's name, which lives inside the resource. Every xDS
+resource type registered here keeps its name in field 1 (``cluster_name`` for endpoints),
+so scanning the top-level fields is far cheaper than decoding the whole message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+__all__ = ["WireError", "fields", "name_field"]
+
+_VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
+
+
+class WireError(ValueError):
+    """The bytes are not valid protobuf wire format."""
+
+
+def _varint(data: bytes, offset: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if offset >= len(data):
+            raise WireError("truncated varint")
+        byte = data[offset]
+        offset += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, offset
+        shift += 7
+        if shift > 63:
+            raise WireError("varint too long")
+
+
+def fields(data: bytes) -> Iterator[tuple[int, int, bytes | int]]:
+    """Top-level fields as (number, wire type, bytes for length-delimited else integer)."""
+    offset = 0
+    end = len(data)
+    while offset < end:
+        key, offset = _varint(data, offset)
+        number, wire_type = key >> 3, key & 7
+        if number == 0:
+            raise WireError("field number 0")
+        if wire_type == _VARINT:
+            value, offset = _varint(data, offset)
+            yield number, wire_type, value
+        elif wire_type == _LEN:
+            length, offset = _varint(data, offset)
+            if offset + length > end:
+                raise WireError("truncated length-delimited field")
+            yield number, wire_type, data[offset : offset + length]
+            offset += length
+        elif wire_type == _I64:
+            if offset + 8 > end:
+                raise WireError("truncated fixed64")
+            yield number, wire_type, int.from_bytes(data[offset : offset + 8], "little")
+            offset += 8
+        elif wire_type == _I32:
+            if offset + 4 > end:
+                raise WireError("truncated fixed32")
+            yield number, wire_type, int.from_bytes(data[offset : offset + 4], "little")
+            offset += 4
+        else:
+            raise WireError(f"unsupported wire type {wire_type}")
+
+
+def name_field(body: bytes, number: int = 1) -> str:
+    """The string in field ``number`` of ``body`` (the last one wins, as in protobuf)."""
+    name = ""
+    for field_number, wire_type, value in fields(body):
+        if field_number == number and wire_type == _LEN and isinstance(value, bytes):
+            name = value.decode()
+    return name
