@@ -45,6 +45,7 @@ from .cache import (
 )
 from .server import ServerCallbacks, StreamInfo, XdsServer
 from .transport import GrpclibTransport
+from .wire._codec import make_node
 from .wire._messages import make_resource
 
 __version__ = "0.1.0"
@@ -103,6 +104,7 @@ __all__ = [
     "all_types",
     "by_node_id",
     "by_short_name",
+    "make_node",
     "make_resource",
     "same_for_all",
     "type_info",

@@ -259,7 +259,10 @@ class SotwServerStream:
             status = attrs.evolve(status, holding=selection)
             self._types[type_url] = status
         if self._ordered:
-            selection = self._make_before_break(type_url, selection, status.holding)
+            ordered = self._make_before_break(type_url, selection, status.holding)
+            if ordered is not selection and not _news(type_url, ordered, status.holding):
+                return None  # everything new must wait for the client to catch up
+            selection = ordered
         if selection.version == status.rejected:
             return None
         if not status.owed and selection.version == status.held:
@@ -302,3 +305,13 @@ class SotwServerStream:
                         chosen = chosen if chosen is not None else dict(desired.resources)
                         chosen[name] = held[name]
         return desired if chosen is None else Selection.of(type_url, chosen)
+
+
+def _news(type_url: str, selection: Selection, holding: Selection | None) -> bool:
+    """Whether sending ``selection`` would change anything for a client holding ``holding``."""
+    held = holding.resources if holding is not None else _NOTHING
+    for name, resource in selection.resources.items():
+        old = held.get(name)
+        if old is None or old.version != resource.version:
+            return True
+    return type_info(type_url).sotw_full_state and len(held) != len(selection.resources)

@@ -2,11 +2,14 @@
 
 from ._envoy import Envoy, EnvoyError, envoy_binary, envoy_bootstrap
 from ._net import HttpBackend, free_port, http_get
+from ._pair import DeltaPair, SotwPair
 
 __all__ = [
+    "DeltaPair",
     "Envoy",
     "EnvoyError",
     "HttpBackend",
+    "SotwPair",
     "envoy_binary",
     "envoy_bootstrap",
     "free_port",

@@ -38,6 +38,7 @@ __all__ = [
     "encode_delta_response",
     "encode_request",
     "encode_sotw_response",
+    "make_node",
 ]
 
 _NODE_CACHE_SIZE = 4096
@@ -210,7 +211,7 @@ def encode_delta_request(request: DeltaDiscoveryRequest) -> bytes:
     return data
 
 
-def node_from_fields(
+def make_node(
     *,
     id: str,
     cluster: str = "",

@@ -1,0 +1,197 @@
+"""A client machine and a server machine joined by an in-memory network.
+
+The network is one gRPC stream: two FIFO queues, one per direction. Nothing within one
+direction is reordered (gRPC never does), but the two directions are independent, so a
+test decides when each message arrives and requests and responses cross exactly as they
+can on a real connection. :meth:`disconnect` drops what is in flight and starts a new
+stream: a fresh server machine, and the client's reconnect requests. Every message goes
+through the real codec (encoded, then decoded) unless ``wire=False``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+from .._delta import DeltaResponse, DeltaServerStream
+from .._delta_client import DeltaClientStream
+from .._events import Event
+from .._records import (
+    DeltaDiscoveryRequest,
+    DeltaDiscoveryResponse,
+    DiscoveryRequest,
+    DiscoveryResponse,
+    Node,
+)
+from .._sotw import SotwResponse, SotwServerStream
+from .._sotw_client import SotwClientStream, Validator
+from .._view import ResourceView
+from ..wire import _codec as codec
+
+__all__ = ["DeltaPair", "SotwPair"]
+
+_Client = TypeVar("_Client", SotwClientStream, DeltaClientStream)
+_Server = TypeVar("_Server", SotwServerStream, DeltaServerStream)
+_Request = TypeVar("_Request", DiscoveryRequest, DeltaDiscoveryRequest)
+_Response = TypeVar("_Response", DiscoveryResponse, DeltaDiscoveryResponse)
+
+
+class _Pair(Generic[_Client, _Server, _Request, _Response]):
+    """The shared mechanics of :class:`SotwPair` and :class:`DeltaPair`."""
+
+    client: _Client
+    server: _Server
+
+    def __init__(self, view: Callable[[], ResourceView | None], *, wire: bool = True) -> None:
+        self._view = view
+        self._wire = wire
+        self._nonces = itertools.count(1)
+        self.streams = 1
+        self.requests: deque[_Request] = deque()
+        self.responses: deque[_Response] = deque()
+        self.events: list[Event] = []
+        self.sent: list[_Response] = []
+        """Every response the server sent, on every stream, in order."""
+        self.server = self._new_server()
+
+    def _new_server(self) -> _Server:
+        raise NotImplementedError
+
+    def _nonce(self) -> str:
+        return f"{self.streams}.{next(self._nonces)}"
+
+    def _to_client(self, response: SotwResponse | DeltaResponse) -> _Response:
+        raise NotImplementedError
+
+    def _through_wire(self, request: _Request) -> _Request:
+        raise NotImplementedError
+
+    def send(self, request: _Request) -> None:
+        """Put a client request on the wire (it arrives at :meth:`deliver_request`)."""
+        self.requests.append(self._through_wire(request) if self._wire else request)
+
+    def deliver_request(self) -> list[Event]:
+        """The server receives the oldest request in flight; its events are returned."""
+        events = self.server.receive(self.requests.popleft())  # type: ignore[arg-type]
+        self.events.extend(events)
+        return events
+
+    def poll(self) -> list[_Response]:
+        """The server sends what is due against the current view."""
+        out = [self._to_client(r) for r in self.server.poll(self._view())]
+        self.responses.extend(out)
+        self.sent.extend(out)
+        return out
+
+    def deliver_response(self) -> _Request:
+        """The client receives the oldest response in flight; its ACK/NACK goes on the wire."""
+        request = self.client.receive(self.responses.popleft())  # type: ignore[arg-type]
+        self.send(request)  # type: ignore[arg-type]
+        return request  # type: ignore[return-value]
+
+    def disconnect(self) -> None:
+        """Drop everything in flight; a new stream starts with the client's reconnect requests."""
+        self.requests.clear()
+        self.responses.clear()
+        self.streams += 1
+        self.server = self._new_server()
+        for request in self.client.reconnect():
+            self.send(request)  # type: ignore[arg-type]
+
+    def settle(self, max_steps: int = 10_000) -> int:
+        """Deliver and poll until nothing is in flight and nothing is due; return the steps."""
+        for step in range(max_steps):
+            if self.requests:
+                self.deliver_request()
+            elif self.responses:
+                self.deliver_response()
+            elif not self.poll():
+                return step
+        raise AssertionError(f"the pair did not settle within {max_steps} steps")
+
+
+class SotwPair(_Pair[SotwClientStream, SotwServerStream, DiscoveryRequest, DiscoveryResponse]):
+    """A SotW client machine and server machine over an in-memory ADS stream."""
+
+    def __init__(
+        self,
+        view: Callable[[], ResourceView | None],
+        *,
+        node: Node,
+        validate: Validator | None = None,
+        ordered: bool = True,
+        wire: bool = True,
+    ) -> None:
+        self._ordered = ordered
+        super().__init__(view, wire=wire)
+        self.client = SotwClientStream(node=node, validate=validate)
+
+    def _new_server(self) -> SotwServerStream:
+        return SotwServerStream(nonce_source=self._nonce, ordered=self._ordered)
+
+    def _through_wire(self, request: DiscoveryRequest) -> DiscoveryRequest:
+        return codec.decode_request(codec.encode_request(request))
+
+    def _to_client(self, response: SotwResponse | DeltaResponse) -> DiscoveryResponse:
+        assert isinstance(response, SotwResponse)
+        if self._wire:
+            return codec.decode_response(
+                codec.encode_sotw_response(
+                    version_info=response.version_info,
+                    nonce=response.nonce,
+                    body=response.selection.sotw_body,
+                )
+            )
+        return DiscoveryResponse(
+            type_url=response.type_url,
+            version_info=response.version_info,
+            nonce=response.nonce,
+            resources=tuple(response.selection.resources.values()),
+        )
+
+
+class DeltaPair(
+    _Pair[DeltaClientStream, DeltaServerStream, DeltaDiscoveryRequest, DeltaDiscoveryResponse]
+):
+    """A Delta client machine and server machine over an in-memory ADS stream."""
+
+    def __init__(
+        self,
+        view: Callable[[], ResourceView | None],
+        *,
+        node: Node,
+        validate: Validator | None = None,
+        ordered: bool = True,
+        wire: bool = True,
+    ) -> None:
+        self._ordered = ordered
+        super().__init__(view, wire=wire)
+        self.client = DeltaClientStream(node=node, validate=validate)
+
+    def _new_server(self) -> DeltaServerStream:
+        return DeltaServerStream(nonce_source=self._nonce, ordered=self._ordered)
+
+    def _through_wire(self, request: DeltaDiscoveryRequest) -> DeltaDiscoveryRequest:
+        return codec.decode_delta_request(codec.encode_delta_request(request))
+
+    def _to_client(self, response: SotwResponse | DeltaResponse) -> DeltaDiscoveryResponse:
+        assert isinstance(response, DeltaResponse)
+        if self._wire:
+            return codec.decode_delta_response(
+                codec.encode_delta_response(
+                    type_url=response.type_url,
+                    nonce=response.nonce,
+                    system_version_info=response.system_version_info,
+                    resources=response.resources,
+                    removed=response.removed,
+                )
+            )
+        return DeltaDiscoveryResponse(
+            type_url=response.type_url,
+            system_version_info=response.system_version_info,
+            nonce=response.nonce,
+            resources=response.resources,
+            removed_resources=response.removed,
+        )
