@@ -59,7 +59,7 @@ from ._records import DeltaDiscoveryRequest, ErrorDetail, Node
 from ._resource import Resource
 from ._state import StreamState, ensure_open
 from ._subscription import EVERYTHING, WILDCARD, Subscription
-from ._typeurls import CLUSTER, ENDPOINT, type_info
+from ._typeurls import CLUSTER, ENDPOINT, VIRTUAL_HOST, type_info
 from ._view import ResourceView
 
 __all__ = ["DeltaResponse", "DeltaServerStream", "DeltaTypeStatus"]
@@ -115,6 +115,8 @@ class DeltaServerStream:
         self._limits = limits or StreamLimits()
         self._ordered = ordered and type_url is None
         self._types: dict[str, DeltaTypeStatus] = {}
+        self._endpoints_owed: frozenset[str] = frozenset()
+        self._aliases: tuple[Mapping[str, Resource], dict[str, Resource]] | None = None
         self.node: Node | None = None
         self.state = StreamState.OPEN
 
@@ -182,10 +184,13 @@ class DeltaServerStream:
             )
             check_subscribed(len(subscription.names), self._limits)
             held = dict(request.initial_resource_versions)
+            must_answer = frozenset(subscribe) - {WILDCARD} - held.keys()
+            if type_url == ENDPOINT and self._endpoints_owed:
+                owed = self._endpoints_owed
+                must_answer |= frozenset(n for n in owed if subscription.wants(n))
+                self._endpoints_owed = frozenset()
             self._types[type_url] = DeltaTypeStatus(
-                subscription=subscription,
-                client_has=held,
-                must_answer=frozenset(subscribe) - {WILDCARD} - held.keys(),
+                subscription=subscription, client_has=held, must_answer=must_answer
             )
             events.append(
                 SubscriptionChanged(type_url=type_url, previous=None, subscription=subscription)
@@ -243,7 +248,8 @@ class DeltaServerStream:
     ) -> DeltaTypeStatus:
         """Apply the ACK or NACK of the outstanding response."""
         if error is not None:
-            rejected = {r.name: r.version for r in outstanding.resources}
+            rejected = dict(status.rejected)
+            rejected.update({r.name: r.version for r in outstanding.resources})
             rejected.update(dict.fromkeys(outstanding.removed, _REMOVED))
             events.append(
                 ResponseNacked(
@@ -264,12 +270,15 @@ class DeltaServerStream:
             )
         client_has = dict(status.client_has)
         holding = dict(status.holding)
+        rejected = dict(status.rejected)
         for resource in outstanding.resources:
             client_has[resource.name] = resource.version
             holding[resource.name] = resource
+            rejected.pop(resource.name, None)
         for name in outstanding.removed:
             client_has.pop(name, None)
             holding.pop(name, None)
+            rejected.pop(name, None)
         events.append(
             ResponseAcked(
                 type_url=outstanding.type_url,
@@ -282,7 +291,7 @@ class DeltaServerStream:
             outstanding=None,
             client_has=client_has,
             holding=holding,
-            rejected={},
+            rejected=rejected,
             acks=status.acks + 1,
         )
 
@@ -311,28 +320,31 @@ class DeltaServerStream:
         if resources is None or (status.synced is resources and not status.must_answer):
             return None
         subscription = status.subscription
-        sending: list[Resource] = []
+        due: dict[str, Resource] = {}
         removed: list[str] = []
         recognised: dict[str, Resource] = {}
         for name in self._candidates(status, resources):
             owed = name in status.must_answer
-            resource = resources.get(name) if subscription.wants(name) else None
+            resource = self._lookup(type_url, resources, name) if subscription.wants(name) else None
             if resource is not None:
-                held = status.client_has.get(name)
-                if held == resource.version and name not in status.holding:
-                    recognised[name] = resource
+                held = status.client_has.get(resource.name)
+                if held == resource.version and resource.name not in status.holding:
+                    recognised[resource.name] = resource
                 if owed or (
                     held != resource.version and status.rejected.get(name) != resource.version
                 ):
-                    sending.append(resource)
+                    due[resource.name] = resource
             elif owed or (name in status.client_has and status.rejected.get(name) != _REMOVED):
                 removed.append(name)
+        sending = list(due.values())
         if recognised:
             status = attrs.evolve(status, holding={**status.holding, **recognised})
             self._types[type_url] = status
         deferred: frozenset[str] = _EMPTY
         if self._ordered and (sending or removed):
-            sending, removed, deferred = self._make_before_break(type_url, status, sending, removed)
+            sending, removed, deferred = self._make_before_break(
+                type_url, status, sending, removed, view
+            )
         if not sending and not removed:
             self._types[type_url] = attrs.evolve(
                 status,
@@ -359,18 +371,34 @@ class DeltaServerStream:
             self._owe_endpoints(response.resources)
         return response
 
+    def _lookup(
+        self, type_url: str, resources: Mapping[str, Resource], name: str
+    ) -> Resource | None:
+        """The resource called ``name``; for virtual hosts, also one with ``name`` as alias."""
+        resource = resources.get(name)
+        if resource is not None or type_url != VIRTUAL_HOST:
+            return resource
+        cached = self._aliases
+        if cached is None or cached[0] is not resources:
+            index = {alias: r for r in resources.values() for alias in r.aliases}
+            cached = self._aliases = (resources, index)
+        return cached[1].get(name)
+
     def _make_before_break(
         self,
         type_url: str,
         status: DeltaTypeStatus,
         sending: list[Resource],
         removed: list[str],
+        view: ResourceView,
     ) -> tuple[list[Resource], list[str], frozenset[str]]:
         """Split what is due into what may go now and what must wait (see ``_ordering``)."""
         ready: list[Resource] = []
         waiting: set[str] = set()
         for resource in sending:
-            if status.client_has.get(resource.name) != resource.version and blocked(resource, self):
+            if status.client_has.get(resource.name) != resource.version and blocked(
+                resource, self, view
+            ):
                 waiting.add(resource.name)
             else:
                 ready.append(resource)
@@ -382,15 +410,17 @@ class DeltaServerStream:
         return ready, going, frozenset(waiting)
 
     def _owe_endpoints(self, clusters: Iterable[Resource]) -> None:
-        endpoints = self._types.get(ENDPOINT)
-        if endpoints is None:
-            return
-        names = {
+        names = frozenset(
             ref.name
             for cluster in clusters
             for ref in cluster.references
             if ref.type_url == ENDPOINT
-        }
+        )
+        endpoints = self._types.get(ENDPOINT)
+        if endpoints is None:
+            # The endpoints subscription is still on its way: owe them when it arrives.
+            self._endpoints_owed |= names
+            return
         owed = frozenset(name for name in names if endpoints.subscription.wants(name))
         if owed:
             self._types[ENDPOINT] = attrs.evolve(

@@ -11,8 +11,10 @@ applied by both state machines whenever they build a response on ADS:
 2. A new or changed resource is **held back** while it refers to a lower-ranked resource
    that the client wants (its subscription for that type covers the name) but does not
    hold yet, or holds without the higher-ranked resources it warms on (a cluster without
-   its endpoints). References to higher-ranked types (a cluster's endpoints, a listener's
-   routes) are what Envoy warms on, and never hold anything back.
+   its endpoints). Only what exists on the server counts: a reference to something the
+   server does not have can never be satisfied, so it holds nothing back. References to
+   higher-ranked types (a cluster's endpoints, a listener's routes) are what Envoy warms
+   on, and never hold anything back.
 3. A resource the client holds is **kept** (not removed, and in SotW still listed in full
    state responses) while anything the client holds refers to it. It goes once the client
    has acknowledged the resources that stopped referring to it; if it rejects them, the
@@ -31,6 +33,7 @@ from typing import Protocol
 from ._resource import Resource
 from ._subscription import Subscription
 from ._typeurls import type_info
+from ._view import ResourceView
 
 __all__ = ["ClientHoldings", "blocked", "referenced"]
 
@@ -51,28 +54,33 @@ def _rank(type_url: str) -> int:
     return type_info(type_url).rank
 
 
-def blocked(resource: Resource, client: ClientHoldings) -> bool:
+def blocked(resource: Resource, client: ClientHoldings, view: ResourceView) -> bool:
     """True while sending ``resource`` could point the client at something it lacks."""
     rank = _rank(resource.type_url)
     for ref in resource.references:
-        if _rank(ref.type_url) >= rank:
+        if _rank(ref.type_url) >= rank or not _exists(view, ref.type_url, ref.name):
             continue
         wanted = client.subscription(ref.type_url)
         if wanted is None or not wanted.wants(ref.name):
             continue
         target = client.holds(ref.type_url).get(ref.name)
-        if target is None or not _warm(target, client):
+        if target is None or not _warm(target, client, view):
             return True
     return False
 
 
-def _warm(resource: Resource, client: ClientHoldings) -> bool:
+def _exists(view: ResourceView, type_url: str, name: str) -> bool:
+    resources = view.resources(type_url)
+    return resources is not None and name in resources
+
+
+def _warm(resource: Resource, client: ClientHoldings, view: ResourceView) -> bool:
     """Whether the client holds everything ``resource`` warms on (a cluster's endpoints)."""
     rank = _rank(resource.type_url)
     for ref in resource.references:
         if _rank(ref.type_url) <= rank or client.subscription(ref.type_url) is None:
             continue
-        if ref.name not in client.holds(ref.type_url):
+        if ref.name not in client.holds(ref.type_url) and _exists(view, ref.type_url, ref.name):
             return False
     return True
 

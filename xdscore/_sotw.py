@@ -115,6 +115,7 @@ class SotwServerStream:
         self._limits = limits or StreamLimits()
         self._ordered = ordered and type_url is None
         self._types: dict[str, TypeStatus] = {}
+        self._endpoints_owed = False
         self.node: Node | None = None
         self.state = StreamState.OPEN
 
@@ -259,13 +260,14 @@ class SotwServerStream:
             status = attrs.evolve(status, holding=selection)
             self._types[type_url] = status
         if self._ordered:
-            ordered = self._make_before_break(type_url, selection, status.holding)
+            ordered = self._make_before_break(type_url, selection, status.holding, view)
             if ordered is not selection and not _news(type_url, ordered, status.holding):
                 return None  # everything new must wait for the client to catch up
             selection = ordered
         if selection.version == status.rejected:
             return None
-        if not status.owed and selection.version == status.held:
+        owed = status.owed or (type_url == ENDPOINT and self._endpoints_owed)
+        if not owed and selection.version == status.held:
             return None
         response = SotwResponse(
             type_url=type_url,
@@ -276,13 +278,17 @@ class SotwServerStream:
         self._types[type_url] = attrs.evolve(
             status, outstanding=response, latest_nonce=response.nonce, owed=False
         )
-        if type_url == CLUSTER and self.aggregated and ENDPOINT in self._types:
-            # Clusters warm until their endpoints arrive, even unchanged ones.
-            self._types[ENDPOINT] = attrs.evolve(self._types[ENDPOINT], owed=True)
+        if self.aggregated:
+            # Clusters warm until their endpoints arrive, even unchanged ones: after a cluster
+            # response, the next endpoints request is answered whatever the client holds.
+            if type_url == CLUSTER:
+                self._endpoints_owed = True
+            elif type_url == ENDPOINT:
+                self._endpoints_owed = False
         return response
 
     def _make_before_break(
-        self, type_url: str, desired: Selection, holding: Selection | None
+        self, type_url: str, desired: Selection, holding: Selection | None, view: ResourceView
     ) -> Selection:
         """``desired`` less what must wait, plus what must stay (see :mod:`._ordering`)."""
         held = holding.resources if holding is not None else _NOTHING
@@ -290,7 +296,9 @@ class SotwServerStream:
         if desired.has_lower_references:
             for name, resource in desired.resources.items():
                 old = held.get(name)
-                if (old is None or old.version != resource.version) and blocked(resource, self):
+                if (old is None or old.version != resource.version) and blocked(
+                    resource, self, view
+                ):
                     chosen = chosen if chosen is not None else dict(desired.resources)
                     if old is not None:
                         chosen[name] = old

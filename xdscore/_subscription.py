@@ -69,9 +69,10 @@ class Subscription:
     ) -> Subscription:
         """The subscription of the first Delta request of a type on a stream."""
         added = frozenset(subscribe)
-        if not added:
+        removed = frozenset(unsubscribe)
+        if not added and not removed:
             return _LEGACY_WILDCARD if wildcard_capable else _NOTHING
-        return _NOTHING.delta_update(added, unsubscribe)
+        return _NOTHING.delta_update(added, removed)
 
     def delta_update(self, subscribe: Iterable[str], unsubscribe: Iterable[str]) -> Subscription:
         """The subscription after a later Delta request (unsubscribing unknown names is a no-op)."""

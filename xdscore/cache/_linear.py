@@ -93,10 +93,13 @@ class LinearCache:
         put: Iterable[Resource | Any] = (),
         delete: Iterable[str] = (),
     ) -> None:
-        """Apply several writes at once; watchers are told once, if anything changed."""
+        """Apply several writes at once; watchers are told once, if anything changed.
+
+        Every item is checked before anything is stored: a bad item leaves the cache as it was.
+        """
         changed = False
-        for item in put:
-            resource = self._coerce(item, None)
+        incoming = [self._coerce(item, None) for item in put]
+        for resource in incoming:
             current = self._resources.get(resource.name)
             if current is None or current.version != resource.version:
                 self._resources[resource.name] = resource

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Hashable
 
@@ -15,18 +16,16 @@ log = logging.getLogger("xdscore.cache")
 class Watchers:
     """Callbacks grouped by key. Notifying never blocks and survives a failing callback."""
 
-    __slots__ = ("_by_key",)
+    __slots__ = ("_by_key", "_tokens")
 
     def __init__(self) -> None:
         self._by_key: dict[Hashable, dict[int, Notify]] = {}
+        self._tokens = itertools.count()
 
     def add(self, key: Hashable, notify: Notify) -> Cancel:
-        """Register ``notify`` under ``key``; the returned callable removes it."""
-        group = self._by_key.setdefault(key, {})
-        token = id(notify)
-        while token in group:
-            token += 1
-        group[token] = notify
+        """Register ``notify`` under ``key``; the returned callable removes exactly it."""
+        token = next(self._tokens)
+        self._by_key.setdefault(key, {})[token] = notify
 
         def cancel() -> None:
             current = self._by_key.get(key)

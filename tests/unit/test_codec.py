@@ -1,0 +1,353 @@
+"""The codec and the hand-built framing, checked against the protobuf runtime."""
+
+from __future__ import annotations
+
+import pytest
+from envoy.config.cluster.v3 import cluster_pb2
+from envoy.config.core.v3 import base_pb2
+from envoy.service.discovery.v3 import discovery_pb2
+from google.protobuf import json_format
+from google.protobuf.internal import encoder
+
+from xdscore import (
+    CLUSTER,
+    ENDPOINT,
+    VIRTUAL_HOST,
+    DeltaDiscoveryRequest,
+    DiscoveryRequest,
+    ErrorDetail,
+    GrpcStatus,
+    Locality,
+    Node,
+    RemoteProtocolError,
+    Resource,
+    Selection,
+    make_resource,
+)
+from xdscore.builders import eds_cluster, load_assignment
+from xdscore.wire._codec import (
+    decode_delta_request,
+    decode_request,
+    encode_delta_request,
+    encode_delta_response,
+    encode_request,
+    encode_sotw_response,
+)
+from xdscore.wire._framing import bytes_field, string_field, varint
+
+# --- varint and fields ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "encoded"),
+    [
+        (0, b"\x00"),
+        (1, b"\x01"),
+        (127, b"\x7f"),
+        (128, b"\x80\x01"),
+        (150, b"\x96\x01"),
+        (300, b"\xac\x02"),
+        (16383, b"\xff\x7f"),
+        (16384, b"\x80\x80\x01"),
+        (2**21 - 1, b"\xff\xff\x7f"),
+        (2**21, b"\x80\x80\x80\x01"),
+        (2**32 - 1, b"\xff\xff\xff\xff\x0f"),
+        (2**63, b"\x80\x80\x80\x80\x80\x80\x80\x80\x80\x01"),
+    ],
+)
+def test_varint_known_encodings(value: int, encoded: bytes) -> None:
+    assert varint(value) == encoded
+
+
+@pytest.mark.parametrize(
+    "value", [0, 1, 127, 128, 255, 256, 16383, 16384, 65535, 2**28 + 3, 2**64 - 1]
+)
+def test_varint_agrees_with_protobuf_encoder(value: int) -> None:
+    assert varint(value) == encoder._VarintBytes(value)
+
+
+def test_string_field_omits_empty_strings() -> None:
+    assert string_field(1, "") == b""
+    assert string_field(1, "ab") == b"\x0a\x02ab"
+
+
+def test_string_field_encodes_utf8() -> None:
+    assert string_field(5, "é") == b"\x2a\x02\xc3\xa9"
+
+
+def test_bytes_field_keeps_empty_payload() -> None:
+    # Sub-messages may be empty yet present.
+    assert bytes_field(2, b"") == b"\x12\x00"
+
+
+def test_bytes_field_with_multi_byte_tag() -> None:
+    # Field 16 needs a two-byte tag.
+    assert bytes_field(16, b"x") == b"\x82\x01\x01x"
+
+
+# --- SotW responses --------------------------------------------------------------------------
+
+
+def _cluster_resources(*names: str) -> dict[str, Resource]:
+    return {name: make_resource(eds_cluster(name)) for name in names}
+
+
+def test_sotw_response_parses_to_the_expected_fields() -> None:
+    resources = _cluster_resources("b", "a")
+    selection = Selection.of(CLUSTER, resources)
+    data = encode_sotw_response(
+        version_info="v1", nonce="n7", body=selection.sotw_body, control_plane="cp-1"
+    )
+    parsed = discovery_pb2.DiscoveryResponse.FromString(data)
+    assert parsed.version_info == "v1"
+    assert parsed.nonce == "n7"
+    assert parsed.type_url == CLUSTER
+    assert parsed.control_plane.identifier == "cp-1"
+    assert len(parsed.resources) == 2
+    for packed, name in zip(parsed.resources, ["a", "b"], strict=True):
+        assert packed.type_url == CLUSTER
+        assert packed.value == resources[name].body
+        cluster = cluster_pb2.Cluster.FromString(packed.value)
+        assert cluster.name == name
+        assert cluster == eds_cluster(name)
+
+
+def test_sotw_response_bytes_equal_the_runtime_encoding() -> None:
+    resources = _cluster_resources("a")
+    selection = Selection.of(CLUSTER, resources)
+    data = encode_sotw_response(version_info="v", nonce="n", body=selection.sotw_body)
+    expected = discovery_pb2.DiscoveryResponse(version_info="v", nonce="n", type_url=CLUSTER)
+    expected.resources.add(type_url=CLUSTER, value=resources["a"].body)
+    assert discovery_pb2.DiscoveryResponse.FromString(data) == expected
+
+
+def test_sotw_response_without_control_plane_or_resources() -> None:
+    selection = Selection.of(CLUSTER, {})
+    data = encode_sotw_response(version_info="v0", nonce="n1", body=selection.sotw_body)
+    parsed = discovery_pb2.DiscoveryResponse.FromString(data)
+    assert not parsed.HasField("control_plane")
+    assert list(parsed.resources) == []
+    assert parsed.type_url == CLUSTER
+    assert parsed.version_info == "v0"
+    assert parsed.nonce == "n1"
+
+
+@pytest.mark.parametrize("size", [100, 128, 200, 16383, 16384, 20000, 300_000])
+def test_large_bodies_are_framed_correctly(size: int) -> None:
+    body = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    assert len(body) == size
+    resource = Resource(type_url=CLUSTER, name="big", body=body)
+    data = encode_sotw_response(
+        version_info="v", nonce="n", body=Selection.of(CLUSTER, {"big": resource}).sotw_body
+    )
+    parsed = discovery_pb2.DiscoveryResponse.FromString(data)
+    assert len(parsed.resources) == 1
+    assert parsed.resources[0].value == body
+    assert parsed.resources[0].type_url == CLUSTER
+    assert parsed.nonce == "n"
+    delta = encode_delta_response(
+        type_url=CLUSTER, nonce="n", system_version_info="", resources=[resource], removed=[]
+    )
+    parsed_delta = discovery_pb2.DeltaDiscoveryResponse.FromString(delta)
+    assert parsed_delta.resources[0].resource.value == body
+    assert parsed_delta.resources[0].version == resource.version
+
+
+def test_many_resources_and_long_strings() -> None:
+    resources = {f"c{i:04d}-" + "x" * 200: None for i in range(300)}
+    built = {name: make_resource(eds_cluster(name)) for name in resources}
+    selection = Selection.of(CLUSTER, built)
+    long_version = "v" * 500
+    data = encode_sotw_response(
+        version_info=long_version,
+        nonce="n" * 200,
+        body=selection.sotw_body,
+        control_plane="c" * 300,
+    )
+    parsed = discovery_pb2.DiscoveryResponse.FromString(data)
+    assert parsed.version_info == long_version
+    assert parsed.nonce == "n" * 200
+    assert parsed.control_plane.identifier == "c" * 300
+    assert [cluster_pb2.Cluster.FromString(r.value).name for r in parsed.resources] == sorted(built)
+
+
+# --- Delta responses -------------------------------------------------------------------------
+
+
+def test_delta_response_parses_to_the_expected_fields() -> None:
+    plain = make_resource(load_assignment("a", [("10.0.0.1", 80)]))
+    aliased = Resource(
+        type_url=VIRTUAL_HOST,
+        name="rc/vh",
+        body=b"\x0a\x02vh",
+        aliases=("rc/example.com", "rc/www.example.com"),
+    )
+    data = encode_delta_response(
+        type_url=ENDPOINT,
+        nonce="n3",
+        system_version_info="sys-1",
+        resources=[plain, aliased],
+        removed=["gone-1", "gone-2"],
+        control_plane="cp",
+    )
+    parsed = discovery_pb2.DeltaDiscoveryResponse.FromString(data)
+    assert parsed.type_url == ENDPOINT
+    assert parsed.nonce == "n3"
+    assert parsed.system_version_info == "sys-1"
+    assert parsed.control_plane.identifier == "cp"
+    assert list(parsed.removed_resources) == ["gone-1", "gone-2"]
+    first, second = parsed.resources
+    assert first.name == "a"
+    assert first.version == plain.version
+    assert first.resource.type_url == ENDPOINT
+    assert first.resource.value == plain.body
+    assert list(first.aliases) == []
+    assert second.name == "rc/vh"
+    assert second.version == aliased.version
+    assert second.resource.type_url == VIRTUAL_HOST
+    assert second.resource.value == b"\x0a\x02vh"
+    assert list(second.aliases) == ["rc/example.com", "rc/www.example.com"]
+
+
+def test_delta_response_with_only_removals() -> None:
+    data = encode_delta_response(
+        type_url=CLUSTER, nonce="n1", system_version_info="", resources=[], removed=["x"]
+    )
+    parsed = discovery_pb2.DeltaDiscoveryResponse.FromString(data)
+    assert list(parsed.resources) == []
+    assert list(parsed.removed_resources) == ["x"]
+    assert parsed.nonce == "n1"
+    assert parsed.system_version_info == ""
+    assert not parsed.HasField("control_plane")
+
+
+# --- requests --------------------------------------------------------------------------------
+
+
+def make_node(*, id: str, metadata: dict[str, object] | None = None, **fields: object) -> Node:
+    """A Node as the codec decodes it from a client's request (``raw`` filled in)."""
+    message = base_pb2.Node(id=id, **fields)
+    if metadata:
+        json_format.ParseDict(metadata, message.metadata)
+    wrapper = discovery_pb2.DiscoveryRequest(type_url=CLUSTER)
+    wrapper.node.CopyFrom(message)
+    node = decode_request(wrapper.SerializeToString()).node
+    assert node is not None
+    return node
+
+
+def _node() -> Node:
+    return make_node(
+        id="envoy-1",
+        cluster="edge",
+        user_agent_name="envoy",
+        client_features=["envoy.lb.does_not_support_overprovisioning", "xds.config.x"],
+        locality=base_pb2.Locality(region="eu", zone="eu-1a", sub_zone="rack-3"),
+        metadata={"team": "core", "replicas": 3.0, "nested": {"on": True}},
+    )
+
+
+def test_request_round_trip() -> None:
+    request = DiscoveryRequest(
+        type_url=CLUSTER,
+        version_info="v1",
+        resource_names=("a", "b", "*"),
+        response_nonce="n5",
+        error_detail=ErrorDetail(code=13, message="bad things"),
+        node=_node(),
+    )
+    decoded = decode_request(encode_request(request))
+    assert decoded == request
+    assert decoded.node is not None
+    assert decoded.node.raw == _node().raw
+    assert decoded.node.locality == Locality(region="eu", zone="eu-1a", sub_zone="rack-3")
+    assert decoded.node.metadata == {"team": "core", "replicas": 3.0, "nested": {"on": True}}
+    assert decoded.node.supports("xds.config.x")
+
+
+def test_request_round_trip_minimal() -> None:
+    request = DiscoveryRequest(type_url=ENDPOINT)
+    decoded = decode_request(encode_request(request))
+    assert decoded == request
+    assert decoded.node is None
+    assert decoded.error_detail is None
+
+
+def test_decode_request_from_runtime_bytes() -> None:
+    message = discovery_pb2.DiscoveryRequest(
+        version_info="v9", resource_names=["x"], type_url=ENDPOINT, response_nonce="n2"
+    )
+    message.node.id = "n"
+    message.error_detail.code = 3
+    message.error_detail.message = "m"
+    decoded = decode_request(message.SerializeToString())
+    assert decoded.version_info == "v9"
+    assert decoded.resource_names == ("x",)
+    assert decoded.type_url == ENDPOINT
+    assert decoded.response_nonce == "n2"
+    assert decoded.error_detail == ErrorDetail(code=3, message="m")
+    assert decoded.node is not None
+    assert decoded.node.id == "n"
+
+
+def test_empty_error_detail_still_marks_a_nack() -> None:
+    message = discovery_pb2.DiscoveryRequest(type_url=CLUSTER, response_nonce="n1")
+    message.error_detail.SetInParent()
+    decoded = decode_request(message.SerializeToString())
+    assert decoded.error_detail == ErrorDetail(code=0, message="")
+
+
+def test_delta_request_round_trip() -> None:
+    request = DeltaDiscoveryRequest(
+        type_url=CLUSTER,
+        resource_names_subscribe=("a", "*"),
+        resource_names_unsubscribe=("b",),
+        initial_resource_versions={"a": "va", "c": "vc"},
+        response_nonce="n4",
+        error_detail=ErrorDetail(code=13, message="nope"),
+        node=_node(),
+    )
+    decoded = decode_delta_request(encode_delta_request(request))
+    assert decoded == request
+    assert dict(decoded.initial_resource_versions) == {"a": "va", "c": "vc"}
+
+
+def test_delta_request_round_trip_minimal() -> None:
+    request = DeltaDiscoveryRequest(type_url=ENDPOINT)
+    decoded = decode_delta_request(encode_delta_request(request))
+    assert decoded == request
+    assert decoded.node is None
+
+
+def test_nodes_with_different_contents_have_different_raw() -> None:
+    one = make_node(id="a", metadata={"k": "1"})
+    two = make_node(id="a", metadata={"k": "2"})
+    assert one.raw != two.raw
+    again = make_node(id="a", metadata={"k": "1"})
+    assert again.raw == one.raw
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"\xff",
+        b"\x0a\x05ab",  # length runs past the end
+        b"\x0a",  # tag without length
+        b"\x07",  # invalid wire type / field 0
+        b"\x08" + b"\xff" * 11,  # over-long varint
+    ],
+)
+def test_malformed_request_is_invalid_argument(data: bytes) -> None:
+    with pytest.raises(RemoteProtocolError) as caught:
+        decode_request(data)
+    assert caught.value.status == GrpcStatus.INVALID_ARGUMENT
+    with pytest.raises(RemoteProtocolError) as caught_delta:
+        decode_delta_request(data)
+    assert caught_delta.value.status == GrpcStatus.INVALID_ARGUMENT
+
+
+def test_malformed_nested_node_is_invalid_argument() -> None:
+    # Field 2 (node) whose content is a truncated sub-message.
+    with pytest.raises(RemoteProtocolError) as caught:
+        decode_request(b"\x12\x02\x0a\x05")
+    assert caught.value.status == GrpcStatus.INVALID_ARGUMENT
