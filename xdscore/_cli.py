@@ -1,8 +1,9 @@
-"""The ``xdscore`` command line: ``xdscore serve DIR --listen HOST:PORT``."""
+"""The ``xdscore`` command line: ``xdscore serve DIR`` and ``xdscore analyze DIR``."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import signal
 import sys
@@ -11,8 +12,9 @@ from pathlib import Path
 
 import anyio
 
+from .analysis import Severity, analyze
 from .cache import SnapshotCache, same_for_all
-from .config import ConfigError, load_directory, watch_directory
+from .config import ConfigError, load_directory, read_directory, watch_directory
 from .server import XdsServer
 from .transport import GrpclibTransport
 
@@ -60,7 +62,57 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--control-plane-id", default="xdscore", help="sent as control_plane.identifier"
     )
+    analyze_ = commands.add_parser(
+        "analyze",
+        help="check the Envoy resources in a directory without serving them",
+        description="Report dangling references, duplicates, unused resources and the other "
+        "findings of xdscore.analysis (see docs/analysis.md). Exits 0 when nothing of ERROR "
+        "severity is found, 1 when something is, 2 when the directory cannot be read.",
+    )
+    analyze_.add_argument("directory", type=Path, metavar="DIR")
+    analyze_.add_argument(
+        "--format",
+        choices=("text", "json"),
+        default="text",
+        help="text: one 'where: SEVERITY CODE message' line per finding; json: one object "
+        "{diagnostics, errors, warnings} (default text)",
+    )
+    analyze_.add_argument(
+        "--min-severity",
+        choices=[severity.value for severity in reversed(Severity)],
+        default="info",
+        help="report findings of this severity or worse (default info); "
+        "the exit status and the JSON counts consider every finding",
+    )
     return parser
+
+
+def _analyze(args: argparse.Namespace) -> int:
+    directory: Path = args.directory
+    found, problems = read_directory(directory)
+    if problems:
+        print(f"xdscore: cannot analyze {directory}:", file=sys.stderr)
+        for problem in problems:
+            print(f"  {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    report = analyze(found, complete=True)
+    shown = report.at_least(Severity(args.min_severity))
+    if args.format == "json":
+        document = {
+            "diagnostics": shown.to_json(),
+            "errors": len(report.errors),
+            "warnings": len(report.warnings),
+        }
+        print(json.dumps(document, indent=2))
+    else:
+        if shown:
+            print(shown.to_text())
+        print(
+            f"{len(found)} resources: {len(report.errors)} error(s), "
+            f"{len(report.warnings)} warning(s), {len(report.infos)} info",
+            file=sys.stderr,
+        )
+    return EXIT_FAILED if report.has_errors else EXIT_OK
 
 
 async def _serve(args: argparse.Namespace) -> int:
@@ -94,4 +146,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if args.command == "serve":
         return anyio.run(_serve, args)
+    if args.command == "analyze":
+        return _analyze(args)
     return EXIT_USAGE

@@ -135,9 +135,24 @@ class DeltaServerStream:
         return status.subscription if status is not None else None
 
     def holds(self, type_url: str) -> Mapping[str, Resource]:
-        """The resources of ``type_url`` the client acknowledged (content known)."""
+        """What the client acknowledged of ``type_url`` and no response in flight removes."""
         status = self._types.get(type_url)
-        return status.holding if status is not None else {}
+        if status is None:
+            return {}
+        if status.outstanding is None or not status.outstanding.removed:
+            return status.holding
+        gone = set(status.outstanding.removed)
+        return {name: r for name, r in status.holding.items() if name not in gone}
+
+    def may_hold(self, type_url: str) -> list[Resource]:
+        """Every version of ``type_url`` resources the client acknowledged or is being sent."""
+        status = self._types.get(type_url)
+        if status is None:
+            return []
+        held = list(status.holding.values())
+        if status.outstanding is not None:
+            held.extend(status.outstanding.resources)
+        return held
 
     def receive(self, request: DeltaDiscoveryRequest) -> list[Event]:
         """Apply one request; return what it meant. Raises :class:`RemoteProtocolError`."""
@@ -325,18 +340,22 @@ class DeltaServerStream:
         recognised: dict[str, Resource] = {}
         for name in self._candidates(status, resources):
             owed = name in status.must_answer
-            resource = self._lookup(type_url, resources, name) if subscription.wants(name) else None
+            resource = self._lookup(type_url, resources, name)
+            if resource is not None and not _wanted(subscription, name, resource):
+                resource = None
             if resource is not None:
-                held = status.client_has.get(resource.name)
-                if held == resource.version and resource.name not in status.holding:
-                    recognised[resource.name] = resource
+                key = resource.name
+                held = status.client_has.get(key)
+                if held == resource.version and key not in status.holding:
+                    recognised[key] = resource
                 if owed or (
-                    held != resource.version and status.rejected.get(name) != resource.version
+                    held != resource.version and status.rejected.get(key) != resource.version
                 ):
-                    due[resource.name] = resource
+                    due[key] = resource
             elif owed or (name in status.client_has and status.rejected.get(name) != _REMOVED):
                 removed.append(name)
         sending = list(due.values())
+        removed = [name for name in removed if name not in due]
         if recognised:
             status = attrs.evolve(status, holding={**status.holding, **recognised})
             self._types[type_url] = status
@@ -426,3 +445,12 @@ class DeltaServerStream:
             self._types[ENDPOINT] = attrs.evolve(
                 endpoints, must_answer=endpoints.must_answer | owed
             )
+
+
+def _wanted(subscription: Subscription, name: str, resource: Resource) -> bool:
+    """Whether the subscription covers ``resource``, found as ``name`` (or by an alias)."""
+    return (
+        subscription.wants(name)
+        or subscription.wants(resource.name)
+        or any(subscription.wants(alias) for alias in resource.aliases)
+    )

@@ -20,7 +20,10 @@ applied by both state machines whenever they build a response on ADS:
    has acknowledged the resources that stopped referring to it; if it rejects them, the
    old ones, and what they refer to, stay.
 
-"Holds" means acknowledged: what a client NACKs is not counted. Clients that subscribe by
+"Holds" means acknowledged, and not being taken away by a response still in flight: a
+reference only counts as satisfied once the client surely has its target. Conversely a
+removal waits while anything the client holds *or is being sent* refers to it. What a
+client NACKs is never counted as held. Clients that subscribe by
 name to what they discover (proxyless gRPC) are not held back by names they have not asked
 for yet, so ordering cannot deadlock them.
 """
@@ -46,7 +49,12 @@ class ClientHoldings(Protocol):
         ...
 
     def holds(self, type_url: str) -> Mapping[str, Resource]:
-        """The resources of ``type_url`` the client acknowledged, by name."""
+        """What the client surely holds of ``type_url``: acknowledged, and no response in
+        flight takes it away."""
+        ...
+
+    def may_hold(self, type_url: str) -> Iterable[Resource]:
+        """Every version of ``type_url`` resources the client holds or is being sent."""
         ...
 
 
@@ -86,9 +94,10 @@ def _warm(resource: Resource, client: ClientHoldings, view: ResourceView) -> boo
 
 
 def referenced(client: ClientHoldings, type_urls: Iterable[str]) -> set[tuple[str, str]]:
-    """Every (type URL, name) that a held resource of ``type_urls`` refers to."""
+    """Every (type URL, name) that a resource of ``type_urls`` the client holds, or is being
+    sent, refers to."""
     found: set[tuple[str, str]] = set()
     for type_url in type_urls:
-        for resource in client.holds(type_url).values():
+        for resource in client.may_hold(type_url):
             found.update((ref.type_url, ref.name) for ref in resource.references)
     return found

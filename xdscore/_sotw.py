@@ -134,11 +134,26 @@ class SotwServerStream:
         return status.subscription if status is not None else None
 
     def holds(self, type_url: str) -> Mapping[str, Resource]:
-        """The resources of ``type_url`` the client acknowledged."""
+        """What the client acknowledged of ``type_url`` and no response in flight takes away."""
         status = self._types.get(type_url)
         if status is None or status.holding is None:
             return _NOTHING
-        return status.holding.resources
+        held = status.holding.resources
+        outstanding = status.outstanding
+        if outstanding is None or not type_info(type_url).sotw_full_state:
+            return held
+        coming = outstanding.selection.resources
+        return {name: resource for name, resource in held.items() if name in coming}
+
+    def may_hold(self, type_url: str) -> list[Resource]:
+        """Every version of ``type_url`` resources the client acknowledged or is being sent."""
+        status = self._types.get(type_url)
+        if status is None:
+            return []
+        held = list(status.holding.resources.values()) if status.holding is not None else []
+        if status.outstanding is not None:
+            held.extend(status.outstanding.selection.resources.values())
+        return held
 
     def receive(self, request: DiscoveryRequest) -> list[Event]:
         """Apply one request; return what it meant. Raises :class:`RemoteProtocolError`."""

@@ -14,7 +14,8 @@ document, and a directory with any problem yields no snapshot at all.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import logging
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +25,15 @@ from google.protobuf import json_format
 
 from .._resource import Resource
 from .._typeurls import all_types, type_info
+from ..analysis import DANGLING_REFERENCE, Diagnostic, analyze
 from ..cache._snapshot import Snapshot
 from ..wire._messages import import_all_protos, make_resource, message_class
 
 __all__ = ["ConfigError", "Problem", "load_directory", "read_directory"]
 
 SUFFIXES = (".yaml", ".yml", ".json")
+
+log = logging.getLogger("xdscore.config")
 
 
 @attrs.frozen
@@ -44,10 +48,15 @@ class Problem:
 
 
 class ConfigError(ValueError):
-    """The directory cannot be served; ``problems`` lists every reason."""
+    """The directory cannot be served; ``problems`` lists every reason.
 
-    def __init__(self, problems: list[Problem]) -> None:
+    ``diagnostics`` holds the ERROR diagnostics of :func:`~xdscore.analysis.analyze` among
+    them (each is also one of ``problems``, with its location).
+    """
+
+    def __init__(self, problems: list[Problem], diagnostics: Sequence[Diagnostic] = ()) -> None:
         self.problems = problems
+        self.diagnostics = tuple(diagnostics)
         listing = "\n".join(f"  - {problem}" for problem in problems)
         super().__init__(f"{len(problems)} problem(s) in the config directory:\n{listing}")
 
@@ -139,26 +148,29 @@ def read_directory(directory: str | Path) -> tuple[list[tuple[str, Resource]], l
 def load_directory(directory: str | Path) -> Snapshot:
     """A consistent snapshot of the directory; raises :class:`ConfigError` listing problems.
 
+    The directory is refused when a file does not read or parse, or when
+    :func:`~xdscore.analysis.analyze` finds anything of ERROR severity (dangling references,
+    duplicate names, ...); its warnings are logged on ``xdscore.config`` and do not refuse it.
     The snapshot is authoritative for every registered type: a directory without listeners
     serves an empty listener set.
     """
     found, problems = read_directory(directory)
-    first_seen: dict[tuple[str, str], str] = {}
-    for where, resource in found:
-        key = (resource.type_url, resource.name)
-        if key in first_seen:
-            short = type_info(resource.type_url).short_name
-            problems.append(
-                Problem(where, f"duplicate {short} {resource.name!r}, first in {first_seen[key]}")
-            )
-        else:
-            first_seen[key] = where
+    report = analyze(found, complete=True)
+    errors = list(report.errors)
     if problems:
-        raise ConfigError(problems)
-    snapshot = Snapshot(
+        # A reference may dangle only because its target sits in a file that did not parse:
+        # those are reported once the directory reads cleanly.
+        errors = [d for d in errors if d.code != DANGLING_REFERENCE]
+    problems += [_problem(directory, d) for d in errors]
+    if problems:
+        raise ConfigError(problems, errors)
+    for diagnostic in report.warnings:
+        log.warning("%s", diagnostic)
+    return Snapshot(
         (resource for _, resource in found), types=[info.type_url for info in all_types()]
     )
-    inconsistencies = snapshot.inconsistencies()
-    if inconsistencies:
-        raise ConfigError([Problem(str(directory), str(item)) for item in inconsistencies])
-    return snapshot
+
+
+def _problem(directory: str | Path, diagnostic: Diagnostic) -> Problem:
+    where = diagnostic.where or str(directory)
+    return Problem(where, f"{diagnostic.code} {diagnostic.message}")
