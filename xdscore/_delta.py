@@ -93,8 +93,9 @@ class DeltaTypeStatus:
     outstanding: DeltaResponse | None = None
     holding: Mapping[str, Resource] = attrs.field(factory=dict)
     """The resources the client holds whose content is known, for ordering."""
-    synced: object = None
-    """The resource mapping this state was last fully reconciled with (a poll fast path)."""
+    synced: Mapping[str, Resource] | None = None
+    """The resource mapping this state was last reconciled with: unchanged, nothing to do;
+    changed, only the names the view says changed since then need a look."""
     acks: int = 0
     nacks: int = 0
 
@@ -313,7 +314,6 @@ class DeltaServerStream:
     def _candidates(
         self, status: DeltaTypeStatus, resources: Mapping[str, Resource]
     ) -> Iterator[str]:
-        seen: set[str] = set()
         sources: list[Iterable[str]] = [
             status.must_answer,
             status.client_has,
@@ -321,11 +321,7 @@ class DeltaServerStream:
         ]
         if status.subscription.wildcard:
             sources.append(resources)
-        for names in sources:
-            for name in names:
-                if name not in seen:
-                    seen.add(name)
-                    yield name
+        return _unique(*sources)
 
     def _respond(self, type_url: str, view: ResourceView) -> DeltaResponse | None:
         status = self._types[type_url]
@@ -338,7 +334,15 @@ class DeltaServerStream:
         due: dict[str, Resource] = {}
         removed: list[str] = []
         recognised: dict[str, Resource] = {}
-        for name in self._candidates(status, resources):
+        changed = None
+        if status.synced is not None:
+            changed = view.changed_since(type_url, status.synced)
+        names = (
+            self._candidates(status, resources)
+            if changed is None
+            else _unique(status.must_answer, changed)
+        )
+        for name in names:
             owed = name in status.must_answer
             resource = self._lookup(type_url, resources, name)
             if resource is not None and not _wanted(subscription, name, resource):
@@ -454,3 +458,13 @@ def _wanted(subscription: Subscription, name: str, resource: Resource) -> bool:
         or subscription.wants(resource.name)
         or any(subscription.wants(alias) for alias in resource.aliases)
     )
+
+
+def _unique(*sources: Iterable[str]) -> Iterator[str]:
+    """Every name of ``sources`` once, in order of first appearance."""
+    seen: set[str] = set()
+    for names in sources:
+        for name in names:
+            if name not in seen:
+                seen.add(name)
+                yield name

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 
 import attrs
 
+from ._subscription import Subscription
 from ._typeurls import type_info
 from .wire._framing import bytes_field, string_field
 from .wire._references import Reference, references
@@ -84,6 +85,8 @@ class Selection:
         eq=False, repr=lambda r: f"<{len(r)} resources>"
     )
     version: str = attrs.field()
+    subscription: Subscription | None = attrs.field(default=None, eq=False, repr=False)
+    """The subscription this selection answers, when a view selected it for one."""
 
     @version.default
     def _hash_contents(self) -> str:
@@ -93,10 +96,15 @@ class Selection:
         return digest.hexdigest()
 
     @classmethod
-    def of(cls, type_url: str, resources: Mapping[str, Resource]) -> Selection:
+    def of(
+        cls,
+        type_url: str,
+        resources: Mapping[str, Resource],
+        subscription: Subscription | None = None,
+    ) -> Selection:
         """A selection of ``resources`` (any order) of type ``type_url``."""
         ordered = {name: resources[name] for name in sorted(resources)}
-        return cls(type_url=type_url, resources=ordered)
+        return cls(type_url=type_url, resources=ordered, subscription=subscription)
 
     def __len__(self) -> int:
         return len(self.resources)

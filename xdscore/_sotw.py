@@ -87,6 +87,8 @@ class TypeStatus:
     """What one stream knows about one type (see the module docstring)."""
 
     subscription: Subscription
+    requested: tuple[str, ...] = ()
+    """The ``resource_names`` of the last request, to skip re-reading an unchanged list."""
     held: str | None = None
     rejected: str | None = None
     last_error: ErrorDetail | None = None
@@ -192,6 +194,7 @@ class SotwServerStream:
                 subscription=Subscription.sotw(
                     None, request.resource_names, wildcard_capable=info.wildcard_capable
                 ),
+                requested=request.resource_names,
                 held=request.version_info or None,
             )
             check_subscribed(len(status.subscription.names), self._limits)
@@ -248,16 +251,20 @@ class SotwServerStream:
             # Every response was answered and the client asks again: it wants an answer.
             status = attrs.evolve(status, owed=True)
 
-        previous = status.subscription
-        subscription = Subscription.sotw(
-            previous, request.resource_names, wildcard_capable=info.wildcard_capable
-        )
-        if subscription != previous:
-            check_subscribed(len(subscription.names), self._limits)
-            status = attrs.evolve(status, subscription=subscription)
-            events.append(
-                SubscriptionChanged(type_url=type_url, previous=previous, subscription=subscription)
+        if request.resource_names != status.requested:
+            previous = status.subscription
+            subscription = Subscription.sotw(
+                previous, request.resource_names, wildcard_capable=info.wildcard_capable
             )
+            status = attrs.evolve(status, requested=request.resource_names)
+            if subscription != previous:
+                check_subscribed(len(subscription.names), self._limits)
+                status = attrs.evolve(status, subscription=subscription)
+                events.append(
+                    SubscriptionChanged(
+                        type_url=type_url, previous=previous, subscription=subscription
+                    )
+                )
         self._types[type_url] = status
         return events
 
@@ -271,9 +278,18 @@ class SotwServerStream:
         selection = view.select(type_url, status.subscription)
         if selection is None:
             return None
+        canonical = selection.subscription
+        if canonical is not None and canonical is not status.subscription:
+            # Share one subscription object with every stream that asks the same (the view's
+            # memo key), so later look-ups compare by identity instead of by content.
+            status = attrs.evolve(status, subscription=canonical)
+            self._types[type_url] = status
         if status.holding is None and status.held == selection.version:
             status = attrs.evolve(status, holding=selection)
             self._types[type_url] = status
+        owed = status.owed or (type_url == ENDPOINT and self._endpoints_owed)
+        if not owed and selection.version == status.held:
+            return None
         if self._ordered:
             ordered = self._make_before_break(type_url, selection, status.holding, view)
             if ordered is not selection and not _news(type_url, ordered, status.holding):
@@ -281,7 +297,6 @@ class SotwServerStream:
             selection = ordered
         if selection.version == status.rejected:
             return None
-        owed = status.owed or (type_url == ENDPOINT and self._endpoints_owed)
         if not owed and selection.version == status.held:
             return None
         response = SotwResponse(

@@ -29,3 +29,10 @@ class ResourceView(Protocol):
     def resources(self, type_url: str) -> Mapping[str, Resource] | None:
         """Every resource of ``type_url``, by name."""
         ...
+
+    def changed_since(
+        self, type_url: str, previous: Mapping[str, Resource]
+    ) -> frozenset[str] | None:
+        """Names of ``type_url`` added, changed or removed since ``previous``, a mapping an
+        earlier view's ``resources`` returned; ``None`` when the view cannot tell."""
+        ...

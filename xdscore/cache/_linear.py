@@ -17,21 +17,47 @@ from ._watchers import Watchers
 __all__ = ["LinearCache"]
 
 _MEMO_LIMIT = 4096
+_HISTORY = 16
+"""Earlier views a stream can still get a difference against."""
 
 
 class _LinearView:
-    """An immutable view of a :class:`LinearCache` at one generation."""
+    """An immutable view of a :class:`LinearCache` at one generation.
 
-    __slots__ = ("_memo", "_resources", "generation", "type_url")
+    ``history`` lists, oldest first, earlier views' resource mappings with the names that
+    changed between each and the next, so a stream that last saw one of them can ask for
+    just the difference.
+    """
 
-    def __init__(self, type_url: str, resources: Mapping[str, Resource], generation: int) -> None:
+    __slots__ = ("_history", "_memo", "_resources", "generation", "type_url")
+
+    def __init__(
+        self,
+        type_url: str,
+        resources: Mapping[str, Resource],
+        generation: int,
+        history: tuple[tuple[Mapping[str, Resource], frozenset[str]], ...],
+    ) -> None:
         self.type_url = type_url
         self.generation = generation
         self._resources = resources
+        self._history = history
         self._memo: dict[Subscription, Selection] = {}
 
     def resources(self, type_url: str) -> Mapping[str, Resource] | None:
         return self._resources if type_url == self.type_url else None
+
+    def changed_since(
+        self, type_url: str, previous: Mapping[str, Resource]
+    ) -> frozenset[str] | None:
+        if type_url != self.type_url:
+            return None
+        if previous is self._resources:
+            return frozenset()
+        for index in range(len(self._history) - 1, -1, -1):
+            if self._history[index][0] is previous:
+                return frozenset().union(*(names for _, names in self._history[index:]))
+        return None
 
     def select(self, type_url: str, subscription: Subscription) -> Selection | None:
         if type_url != self.type_url:
@@ -58,6 +84,9 @@ class LinearCache:
         self._resources: dict[str, Resource] = {}
         self._generation = 0
         self._view: _LinearView | None = None
+        self._pending: set[str] = set()
+        self._history: tuple[tuple[Mapping[str, Resource], frozenset[str]], ...] = ()
+        self._last: Mapping[str, Resource] | None = None
         self._watchers = Watchers()
         self.update(put=resources)
 
@@ -103,9 +132,11 @@ class LinearCache:
             current = self._resources.get(resource.name)
             if current is None or current.version != resource.version:
                 self._resources[resource.name] = resource
+                self._pending.add(resource.name)
                 changed = True
         for name in delete:
             if self._resources.pop(name, None) is not None:
+                self._pending.add(name)
                 changed = True
         if changed:
             self._generation += 1
@@ -125,9 +156,13 @@ class LinearCache:
     def view(self, node: Node | None = None) -> _LinearView:
         """The current immutable view (the same for every node)."""
         if self._view is None:
-            self._view = _LinearView(
-                self.type_url, MappingProxyType(dict(self._resources)), self._generation
-            )
+            current = MappingProxyType(dict(self._resources))
+            if self._last is not None:
+                step = (self._last, frozenset(self._pending))
+                self._history = (*self._history, step)[-_HISTORY:]
+            self._pending.clear()
+            self._last = current
+            self._view = _LinearView(self.type_url, current, self._generation, self._history)
         return self._view
 
     def watch(self, node: Node, notify: Notify) -> Cancel:

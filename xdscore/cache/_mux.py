@@ -31,6 +31,12 @@ class _MuxView:
         view = self._view(type_url)
         return view.resources(type_url) if view is not None else None
 
+    def changed_since(
+        self, type_url: str, previous: Mapping[str, Resource]
+    ) -> frozenset[str] | None:
+        view = self._view(type_url)
+        return view.changed_since(type_url, previous) if view is not None else None
+
     def select(self, type_url: str, subscription: Subscription) -> Selection | None:
         view = self._view(type_url)
         return view.select(type_url, subscription) if view is not None else None

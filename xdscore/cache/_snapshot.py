@@ -93,6 +93,12 @@ class Snapshot:
         )
         return f"<Snapshot {counts or 'empty'}>"
 
+    def changed_since(
+        self, type_url: str, previous: Mapping[str, Resource]
+    ) -> frozenset[str] | None:
+        """Nothing if ``previous`` is this snapshot's own mapping, else unknown (``None``)."""
+        return frozenset() if previous is self._by_type.get(type_url) else None
+
     def select(self, type_url: str, subscription: Subscription) -> Selection | None:
         """The resources of ``type_url`` that ``subscription`` selects (memoised)."""
         key = (type_url, subscription)
@@ -136,6 +142,6 @@ def select(
 ) -> Selection:
     """The part of ``resources`` that ``subscription`` asks for."""
     if subscription.wildcard:
-        return Selection.of(type_url, resources)
+        return Selection.of(type_url, resources, subscription)
     chosen = {name: resources[name] for name in subscription.names if name in resources}
-    return Selection.of(type_url, chosen)
+    return Selection.of(type_url, chosen, subscription)
