@@ -135,8 +135,14 @@ class GrpclibTransport:
         return self.port
 
     async def stop(self) -> None:
-        """End every stream, stop listening and wait for the handlers to finish."""
+        """End every stream, stop listening and wait for the handlers to finish.
+
+        Stopping a transport that never started, or stopping twice, does nothing more.
+        """
         self.server.close()
+        if self.port is None:
+            return
+        self.port = None
         self._grpc.close()
         self._grpc.drop_connections()
         await self._grpc.wait_closed()
