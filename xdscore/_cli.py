@@ -1,4 +1,4 @@
-"""The ``xdscore`` command line: ``xdscore serve DIR`` and ``xdscore analyze DIR``."""
+"""The xdscore command line: serve a directory of Envoy resources over xDS, or analyze it."""
 
 from __future__ import annotations
 
@@ -41,9 +41,10 @@ def _parser() -> argparse.ArgumentParser:
     serve = commands.add_parser(
         "serve",
         help="serve the Envoy resources in a directory of YAML/JSON files over xDS",
-        description="Serve every resource in DIR to every client (SotW ADS and the per-type "
-        "services), reloading when files change. An invalid or inconsistent change is "
-        "refused and the last good snapshot keeps being served.",
+        description="Serve every resource in DIR to every client (ADS and the per-type "
+        "services, State-of-the-World and Delta), reloading when files change or on SIGHUP. "
+        "An invalid or inconsistent change is refused and the last good snapshot keeps "
+        "being served.",
     )
     serve.add_argument("directory", type=Path, metavar="DIR")
     serve.add_argument(
@@ -57,7 +58,14 @@ def _parser() -> argparse.ArgumentParser:
         "--debounce-ms",
         type=int,
         default=300,
-        help="a burst of edits within this window becomes one reload (default 300)",
+        help="reload once the files have been quiet this long: a burst of edits becomes "
+        "one snapshot (default 300)",
+    )
+    serve.add_argument(
+        "--max-delay-ms",
+        type=int,
+        default=3000,
+        help="under constant edits, reload at least this often (default 3000)",
     )
     serve.add_argument(
         "--control-plane-id", default="xdscore", help="sent as control_plane.identifier"
@@ -127,15 +135,38 @@ async def _serve(args: argparse.Namespace) -> int:
     server = XdsServer(cache, control_plane_id=args.control_plane_id)
     host, port = args.listen
     async with GrpclibTransport(server) as transport, anyio.create_task_group() as group:
-        bound = await transport.start(host, port)
+        try:
+            bound = await transport.start(host, port)
+        except OSError as exc:
+            print(f"xdscore: cannot listen on {host}:{port}: {exc.strerror}", file=sys.stderr)
+            return EXIT_FAILED
         print(f"xdscore: serving {directory} on {host}:{bound}: {snapshot}", flush=True)
-        group.start_soon(lambda: watch_directory(directory, cache, debounce_ms=args.debounce_ms))
-        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        group.start_soon(
+            lambda: watch_directory(
+                directory, cache, quiet_ms=args.debounce_ms, max_delay_ms=args.max_delay_ms
+            )
+        )
+        wanted = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+        with anyio.open_signal_receiver(*wanted) as signals:
             async for signum in signals:
+                if signum == signal.SIGHUP:
+                    _reload(directory, cache)
+                    continue
                 log.info("received %s, shutting down", signal.Signals(signum).name)
                 break
         group.cancel_scope.cancel()
     return EXIT_OK
+
+
+def _reload(directory: Path, cache: SnapshotCache) -> None:
+    """Reload now (SIGHUP): apply the directory if it loads, else keep the last good one."""
+    try:
+        snapshot = load_directory(directory)
+    except ConfigError as exc:
+        log.error("SIGHUP: refused %s; still serving the last good snapshot\n%s", directory, exc)
+        return
+    cache.set_snapshot(None, snapshot)
+    log.info("SIGHUP: applied %s from %s", snapshot, directory)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

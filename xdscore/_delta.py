@@ -90,6 +90,10 @@ class DeltaTypeStatus:
     rejected: Mapping[str, str] = attrs.field(factory=dict)
     last_error: ErrorDetail | None = None
     latest_nonce: str = ""
+    answered: bool = False
+    """Whether the client has an answer for this type: a response, or the versions it
+    presented on reconnect. Until then even an empty response is due, so that a client
+    subscribed to a type with no resources does not wait out its initial fetch timeout."""
     outstanding: DeltaResponse | None = None
     holding: Mapping[str, Resource] = attrs.field(factory=dict)
     """The resources the client holds whose content is known, for ordering."""
@@ -206,7 +210,10 @@ class DeltaServerStream:
                 must_answer |= frozenset(n for n in owed if subscription.wants(n))
                 self._endpoints_owed = frozenset()
             self._types[type_url] = DeltaTypeStatus(
-                subscription=subscription, client_has=held, must_answer=must_answer
+                subscription=subscription,
+                client_has=held,
+                must_answer=must_answer,
+                answered=bool(request.initial_resource_versions),
             )
             events.append(
                 SubscriptionChanged(type_url=type_url, previous=None, subscription=subscription)
@@ -368,7 +375,7 @@ class DeltaServerStream:
             sending, removed, deferred = self._make_before_break(
                 type_url, status, sending, removed, view
             )
-        if not sending and not removed:
+        if not sending and not removed and (status.answered or deferred or subscription.empty):
             self._types[type_url] = attrs.evolve(
                 status,
                 synced=None if deferred else resources,
@@ -387,6 +394,7 @@ class DeltaServerStream:
             status,
             outstanding=response,
             latest_nonce=response.nonce,
+            answered=True,
             must_answer=status.must_answer & deferred,
             synced=None if deferred else resources,
         )

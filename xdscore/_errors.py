@@ -8,7 +8,7 @@ __all__ = ["GrpcStatus", "LocalProtocolError", "ProtocolError", "RemoteProtocolE
 
 
 class GrpcStatus(enum.IntEnum):
-    """gRPC status codes (the subset of the canonical list this library uses is all of it)."""
+    """The canonical gRPC status codes."""
 
     OK = 0
     CANCELLED = 1

@@ -69,3 +69,4 @@ class StaleNonceSeen:
 
 
 Event = NodeIdentified | SubscriptionChanged | ResponseAcked | ResponseNacked | StaleNonceSeen
+"""Any event a state machine reports."""

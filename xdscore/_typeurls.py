@@ -39,17 +39,28 @@ __all__ = [
 ]
 
 TYPE_URL_PREFIX = "type.googleapis.com/"
+"""What every type URL of a protobuf message starts with."""
 
 LISTENER = TYPE_URL_PREFIX + "envoy.config.listener.v3.Listener"
+"""Listeners (LDS)."""
 ROUTE = TYPE_URL_PREFIX + "envoy.config.route.v3.RouteConfiguration"
+"""Route configurations (RDS)."""
 SCOPED_ROUTE = TYPE_URL_PREFIX + "envoy.config.route.v3.ScopedRouteConfiguration"
+"""Scoped route configurations (SRDS)."""
 VIRTUAL_HOST = TYPE_URL_PREFIX + "envoy.config.route.v3.VirtualHost"
+"""Virtual hosts (VHDS, Delta only)."""
 CLUSTER = TYPE_URL_PREFIX + "envoy.config.cluster.v3.Cluster"
+"""Clusters (CDS)."""
 ENDPOINT = TYPE_URL_PREFIX + "envoy.config.endpoint.v3.ClusterLoadAssignment"
+"""Cluster load assignments: endpoints (EDS)."""
 LBENDPOINT = TYPE_URL_PREFIX + "envoy.config.endpoint.v3.LbEndpoint"
+"""Single endpoints (LEDS, Delta only)."""
 SECRET = TYPE_URL_PREFIX + "envoy.extensions.transport_sockets.tls.v3.Secret"
+"""TLS secrets (SDS)."""
 RUNTIME = TYPE_URL_PREFIX + "envoy.service.runtime.v3.Runtime"
+"""Runtime layers (RTDS)."""
 EXTENSION_CONFIG = TYPE_URL_PREFIX + "envoy.config.core.v3.TypedExtensionConfig"
+"""Typed extension configurations (ECDS)."""
 
 
 @attrs.frozen(kw_only=True)

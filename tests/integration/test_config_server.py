@@ -30,7 +30,7 @@ def render(target: Path, ports: dict[str, int]) -> None:
 async def serve(directory: Path, port: int) -> AsyncIterator[anyio.abc.Process]:
     command = [
         sys.executable, "-m", "xdscore", "serve", str(directory),
-        "--listen", f"127.0.0.1:{port}", "--debounce-ms", "100",
+        "--listen", f"127.0.0.1:{port}", "--debounce-ms", "200",
     ]  # fmt: skip
     process = await anyio.open_process(command)
     try:

@@ -152,9 +152,12 @@ def load_directory(directory: str | Path) -> Snapshot:
     :func:`~xdscore.analysis.analyze` finds anything of ERROR severity (dangling references,
     duplicate names, ...); its warnings are logged on ``xdscore.config`` and do not refuse it.
     The snapshot is authoritative for every registered type: a directory without listeners
-    serves an empty listener set.
+    serves an empty listener set. A directory with no resources at all is refused.
     """
     found, problems = read_directory(directory)
+    if not found and not problems:
+        # Serving nothing would tell every client to delete every listener and cluster.
+        problems.append(Problem(str(directory), "holds no resources; refusing to serve nothing"))
     report = analyze(found, complete=True)
     errors = list(report.errors)
     if problems:

@@ -20,7 +20,8 @@ log = logging.getLogger("xdscore.config")
 
 def _relevant(change: watchfiles.Change, path: str) -> bool:
     name = Path(path).name
-    return not name.startswith(".") and name.endswith(SUFFIXES)
+    # "..data" is the symlink Kubernetes swaps to update a mounted ConfigMap at once.
+    return name.startswith("..") or (not name.startswith(".") and name.endswith(SUFFIXES))
 
 
 async def watch_directory(
@@ -28,18 +29,24 @@ async def watch_directory(
     cache: SnapshotCache,
     *,
     key: Hashable = None,
-    debounce_ms: int = 300,
+    quiet_ms: int = 300,
+    max_delay_ms: int = 3000,
     on_applied: Callable[[Snapshot], None] | None = None,
     on_refused: Callable[[ConfigError], None] | None = None,
 ) -> None:
     """Reload ``directory`` into ``cache`` under ``key`` whenever its files change.
 
-    A burst of edits within ``debounce_ms`` becomes one reload. A directory that fails to
-    load is refused (``on_refused`` is told why) and the last good snapshot keeps being
-    served. Runs until cancelled.
+    Changes are gathered until the directory has been quiet for ``quiet_ms`` (or, under
+    constant edits, for at most ``max_delay_ms``), then loaded once: a burst of edits
+    becomes one snapshot. A directory that fails to load is refused (``on_refused`` is told
+    why) and the last good snapshot keeps being served. Runs until cancelled.
     """
     async for _changes in watchfiles.awatch(
-        directory, watch_filter=_relevant, debounce=debounce_ms, step=50, recursive=True
+        directory,
+        watch_filter=_relevant,
+        step=quiet_ms,
+        debounce=max(max_delay_ms, quiet_ms),
+        recursive=True,
     ):
         try:
             snapshot = await anyio.to_thread.run_sync(load_directory, directory)

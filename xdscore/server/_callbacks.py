@@ -54,7 +54,10 @@ class ServerCallbacks:
     def on_request(
         self, stream: StreamInfo, request: DiscoveryRequest | DeltaDiscoveryRequest
     ) -> None:
-        """A request arrived, before the state machine applied it."""
+        """A request arrived, before the state machine applied it.
+
+        On the first request ``stream.node`` is still ``None``: read ``request.node``.
+        """
 
     def on_event(self, stream: StreamInfo, event: Event) -> None:
         """The state machine reported ``event`` (every kind, ACKs and NACKs included)."""

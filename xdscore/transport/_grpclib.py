@@ -120,6 +120,12 @@ class GrpclibTransport:
             except ProtocolError as exc:
                 log.info("stream from %s ended: %s (%s)", peer, exc.message, exc.status.name)
                 raise GRPCError(grpclib.const.Status(exc.status.value), exc.message) from None
+            except Exception as exc:
+                # A bug or a failing cache must not surface as grpclib's generic error: the
+                # stream ends with INTERNAL, naming what failed, and the server keeps going.
+                log.exception("stream from %s failed", peer)
+                message = f"internal error: {type(exc).__name__}"
+                raise GRPCError(grpclib.const.Status.INTERNAL, message) from None
 
         return handle
 
