@@ -44,7 +44,6 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 import attrs
 
 from ._checks import check_names, check_node, check_subscribed, check_type_count, resolve_type
-from ._errors import ProtocolError
 from ._events import (
     Event,
     NodeIdentified,
@@ -54,12 +53,12 @@ from ._events import (
     SubscriptionChanged,
 )
 from ._limits import StreamLimits
+from ._machine import ServerMachine
 from ._ordering import blocked, referenced
-from ._records import DeltaDiscoveryRequest, ErrorDetail, Node
+from ._records import DeltaDiscoveryRequest, ErrorDetail
 from ._resource import Resource
-from ._state import StreamState, ensure_open
 from ._subscription import EVERYTHING, WILDCARD, Subscription
-from ._typeurls import CLUSTER, ENDPOINT, VIRTUAL_HOST, type_info
+from ._typeurls import CLUSTER, ENDPOINT, VIRTUAL_HOST
 from ._view import ResourceView
 
 __all__ = ["DeltaResponse", "DeltaServerStream", "DeltaTypeStatus"]
@@ -104,7 +103,7 @@ class DeltaTypeStatus:
     nacks: int = 0
 
 
-class DeltaServerStream:
+class DeltaServerStream(ServerMachine[DeltaTypeStatus, DeltaDiscoveryRequest, DeltaResponse]):
     """The server side of one Delta stream. ``type_url`` fixes the type on per-type services."""
 
     def __init__(
@@ -115,29 +114,11 @@ class DeltaServerStream:
         limits: StreamLimits | None = None,
         ordered: bool = True,
     ) -> None:
-        self._nonce_source = nonce_source
-        self._fixed_type = type_url
-        self._limits = limits or StreamLimits()
-        self._ordered = ordered and type_url is None
-        self._types: dict[str, DeltaTypeStatus] = {}
+        super().__init__(
+            nonce_source=nonce_source, type_url=type_url, limits=limits, ordered=ordered
+        )
         self._endpoints_owed: frozenset[str] = frozenset()
         self._aliases: tuple[Mapping[str, Resource], dict[str, Resource]] | None = None
-        self.node: Node | None = None
-        self.state = StreamState.OPEN
-
-    @property
-    def aggregated(self) -> bool:
-        """True on ADS, where one stream carries every type."""
-        return self._fixed_type is None
-
-    def status(self) -> Mapping[str, DeltaTypeStatus]:
-        """A read-only copy of the per-type state, by type URL."""
-        return dict(self._types)
-
-    def subscription(self, type_url: str) -> Subscription | None:
-        """The client's subscription for ``type_url``, if it asked for the type."""
-        status = self._types.get(type_url)
-        return status.subscription if status is not None else None
 
     def holds(self, type_url: str) -> Mapping[str, Resource]:
         """What the client acknowledged of ``type_url`` and no response in flight removes."""
@@ -158,27 +139,6 @@ class DeltaServerStream:
         if status.outstanding is not None:
             held.extend(status.outstanding.resources)
         return held
-
-    def receive(self, request: DeltaDiscoveryRequest) -> list[Event]:
-        """Apply one request; return what it meant. Raises :class:`RemoteProtocolError`."""
-        ensure_open(self.state)
-        try:
-            return self._receive(request)
-        except ProtocolError:
-            self.state = StreamState.ERROR
-            raise
-
-    def poll(self, view: ResourceView | None) -> list[DeltaResponse]:
-        """The responses due now against ``view`` (``None``: no data for this client yet)."""
-        ensure_open(self.state)
-        if view is None:
-            return []
-        out: list[DeltaResponse] = []
-        for type_url in sorted(self._types, key=lambda url: (type_info(url).rank, url)):
-            response = self._respond(type_url, view)
-            if response is not None:
-                out.append(response)
-        return out
 
     def _receive(self, request: DeltaDiscoveryRequest) -> list[Event]:
         events: list[Event] = []

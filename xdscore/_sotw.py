@@ -43,13 +43,12 @@ state: all their resources, every time.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
 import attrs
 
 from ._checks import check_names, check_node, check_subscribed, check_type_count, resolve_type
-from ._errors import ProtocolError
 from ._events import (
     Event,
     NodeIdentified,
@@ -59,10 +58,10 @@ from ._events import (
     SubscriptionChanged,
 )
 from ._limits import StreamLimits
+from ._machine import ServerMachine
 from ._ordering import blocked, referenced
-from ._records import DiscoveryRequest, ErrorDetail, Node
+from ._records import DiscoveryRequest, ErrorDetail
 from ._resource import Resource, Selection
-from ._state import StreamState, ensure_open
 from ._subscription import Subscription
 from ._typeurls import CLUSTER, ENDPOINT, type_info
 from ._view import ResourceView
@@ -101,7 +100,7 @@ class TypeStatus:
     nacks: int = 0
 
 
-class SotwServerStream:
+class SotwServerStream(ServerMachine[TypeStatus, DiscoveryRequest, SotwResponse]):
     """The server side of one SotW stream. ``type_url`` fixes the type on per-type services."""
 
     def __init__(
@@ -112,28 +111,10 @@ class SotwServerStream:
         limits: StreamLimits | None = None,
         ordered: bool = True,
     ) -> None:
-        self._nonce_source = nonce_source
-        self._fixed_type = type_url
-        self._limits = limits or StreamLimits()
-        self._ordered = ordered and type_url is None
-        self._types: dict[str, TypeStatus] = {}
+        super().__init__(
+            nonce_source=nonce_source, type_url=type_url, limits=limits, ordered=ordered
+        )
         self._endpoints_owed = False
-        self.node: Node | None = None
-        self.state = StreamState.OPEN
-
-    @property
-    def aggregated(self) -> bool:
-        """True on ADS, where one stream carries every type."""
-        return self._fixed_type is None
-
-    def status(self) -> Mapping[str, TypeStatus]:
-        """A read-only copy of the per-type state, by type URL."""
-        return dict(self._types)
-
-    def subscription(self, type_url: str) -> Subscription | None:
-        """The client's subscription for ``type_url``, if it asked for the type."""
-        status = self._types.get(type_url)
-        return status.subscription if status is not None else None
 
     def holds(self, type_url: str) -> Mapping[str, Resource]:
         """What the client acknowledged of ``type_url`` and no response in flight takes away."""
@@ -156,27 +137,6 @@ class SotwServerStream:
         if status.outstanding is not None:
             held.extend(status.outstanding.selection.resources.values())
         return held
-
-    def receive(self, request: DiscoveryRequest) -> list[Event]:
-        """Apply one request; return what it meant. Raises :class:`RemoteProtocolError`."""
-        ensure_open(self.state)
-        try:
-            return self._receive(request)
-        except ProtocolError:
-            self.state = StreamState.ERROR
-            raise
-
-    def poll(self, view: ResourceView | None) -> list[SotwResponse]:
-        """The responses due now against ``view`` (``None``: no data for this client yet)."""
-        ensure_open(self.state)
-        if view is None:
-            return []
-        out: list[SotwResponse] = []
-        for type_url in self._in_push_order():
-            response = self._respond(type_url, view)
-            if response is not None:
-                out.append(response)
-        return out
 
     def _receive(self, request: DiscoveryRequest) -> list[Event]:
         events: list[Event] = []
@@ -267,9 +227,6 @@ class SotwServerStream:
                 )
         self._types[type_url] = status
         return events
-
-    def _in_push_order(self) -> Iterator[str]:
-        return iter(sorted(self._types, key=lambda url: (type_info(url).rank, url)))
 
     def _respond(self, type_url: str, view: ResourceView) -> SotwResponse | None:
         status = self._types[type_url]

@@ -101,35 +101,42 @@ class XdsServer:
         self, receive: Receive, send: Send, *, type_url: str | None = None, peer: str = ""
     ) -> None:
         """Serve one SotW stream until the client closes it; raises :class:`ProtocolError`."""
-        stream_id = next(self._ids)
-        counter = itertools.count(1)
-        machine = SotwServerStream(
-            nonce_source=lambda: f"{stream_id}.{next(counter)}",
-            type_url=type_url,
-            limits=self.limits,
-            ordered=self.ordered_ads,
-        )
-        info = StreamInfo(
-            id=stream_id, protocol="sotw", type_url=type_url, peer=peer, opened_at=time.monotonic()
-        )
-        await self._drive(info, machine, self._encode_sotw, receive, send)
+        await self._run(SotwServerStream, "sotw", self._encode_sotw, receive, send, type_url, peer)
 
     async def run_delta_stream(
         self, receive: Receive, send: Send, *, type_url: str | None = None, peer: str = ""
     ) -> None:
         """Serve one Delta stream until the client closes it; raises :class:`ProtocolError`."""
+        await self._run(
+            DeltaServerStream, "delta", self._encode_delta, receive, send, type_url, peer
+        )
+
+    async def _run(
+        self,
+        machine_class: type[SotwServerStream] | type[DeltaServerStream],
+        protocol: str,
+        encode: Callable[[Any], bytes],
+        receive: Receive,
+        send: Send,
+        type_url: str | None,
+        peer: str,
+    ) -> None:
         stream_id = next(self._ids)
         counter = itertools.count(1)
-        machine = DeltaServerStream(
+        machine = machine_class(
             nonce_source=lambda: f"{stream_id}.{next(counter)}",
             type_url=type_url,
             limits=self.limits,
             ordered=self.ordered_ads,
         )
         info = StreamInfo(
-            id=stream_id, protocol="delta", type_url=type_url, peer=peer, opened_at=time.monotonic()
+            id=stream_id,
+            protocol=protocol,
+            type_url=type_url,
+            peer=peer,
+            opened_at=time.monotonic(),
         )
-        await self._drive(info, machine, self._encode_delta, receive, send)
+        await self._drive(info, machine, encode, receive, send)
 
     def _encode_delta(self, response: DeltaResponse) -> bytes:
         return encode_delta_response(

@@ -581,8 +581,8 @@ def sotw_client_actions(
     *,
     disconnect: bool = True,
 ) -> st.SearchStrategy[ClientAction]:
-    """SotW client actions: watches (``*`` included; legacy wildcard only for
-    wildcard-capable types), NACK-next toggles and, with ``disconnect``, disconnects."""
+    """SotW client actions, mostly watches (``*`` included; legacy wildcard only for
+    wildcard-capable types), else NACK-next toggles and, with ``disconnect``, disconnects."""
     names = names if names is not None else resource_names()
 
     def watch(type_url: str) -> st.SearchStrategy[ClientAction]:
@@ -591,8 +591,11 @@ def sotw_client_actions(
             listed = st.one_of(st.none(), listed)
         return st.builds(Watch, st.just(type_url), listed)
 
+    watches = st.one_of([watch(type_url) for type_url in type_urls])
     options: list[st.SearchStrategy[ClientAction]] = [
-        st.sampled_from(list(type_urls)).flatmap(watch),
+        watches,
+        watches,
+        watches,
         st.builds(NackNext, st.sampled_from(list(type_urls)), st.booleans()),
     ]
     if disconnect:
@@ -606,13 +609,16 @@ def delta_client_actions(
     *,
     disconnect: bool = True,
 ) -> st.SearchStrategy[ClientAction]:
-    """Delta client actions: subscribe and unsubscribe (``*`` included), NACK-next toggles
-    and, with ``disconnect``, disconnects."""
+    """Delta client actions, mostly subscribe and unsubscribe (``*`` included), else
+    NACK-next toggles and, with ``disconnect``, disconnects."""
     names = names if names is not None else resource_names()
     urls = st.sampled_from(list(type_urls))
+    subscribe = st.builds(Subscribe, urls, _name_lists(names, wildcard=True))
+    unsubscribe = st.builds(Unsubscribe, urls, _name_lists(names, wildcard=True).filter(bool))
     options: list[st.SearchStrategy[ClientAction]] = [
-        st.builds(Subscribe, urls, _name_lists(names, wildcard=True)),
-        st.builds(Unsubscribe, urls, _name_lists(names, wildcard=True).filter(bool)),
+        subscribe,
+        subscribe,
+        unsubscribe,
         st.builds(NackNext, urls, st.booleans()),
     ]
     if disconnect:
