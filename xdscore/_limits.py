@@ -19,3 +19,5 @@ class StreamLimits:
     """Distinct type URLs one stream may subscribe to."""
     max_name_length: int = 4096
     """Length of one resource name, in characters."""
+    max_request_bytes: int = 16 * 1024 * 1024
+    """Size of one encoded request; transports check it before decoding."""

@@ -427,11 +427,21 @@ async def test_grpc_client_follows_route_to_new_cluster(tmp_path: Path) -> None:
             before = {t: recorder.last_response(t) for t in XDS_TYPES}
 
             # The route now sends everything to cluster-b, and cluster-a is gone in the same
-            # step. The server sends CDS before RDS, so the client briefly holds a route to
-            # a deleted cluster and RPCs fail ("CDS resource cluster-a: does not exist")
-            # until the new route lands: polling tolerates that; the next test avoids it.
-            cache.set_snapshot(None, snapshot("cluster-b", {"cluster-b": port_b}))
-            await client.call_until("backend-b", within=CONVERGE, recorder=recorder)
+            # step. Make-before-break ordering on ADS keeps cluster-a (and its endpoints)
+            # until the client has ACKed the route that no longer names it; the client asks
+            # for cluster-b by name once the route names it, and switches when it has it.
+            # So RPCs made back to back across the move all succeed: a, then b, no error.
+            # (With XdsServer(ordered_ads=False) the CDS response without cluster-a lands
+            # first and RPCs fail: "CDS resource cluster-a: does not exist".)
+            runs = await client.burst(
+                3.0,
+                lambda: cache.set_snapshot(None, snapshot("cluster-b", {"cluster-b": port_b})),
+                after=0.5,
+            )
+            outcomes = [outcome for outcome, _ in runs]
+            assert outcomes == ["OK backend-a", "OK backend-b"], (
+                f"RPCs during the move: {runs}\nexchange:\n{recorder.transcript()}"
+            )
             for _ in range(5):
                 assert await client.call() == "OK backend-b"
 

@@ -1,6 +1,6 @@
 """The server runtime: streams, callbacks and limits on anyio."""
 
 from ._callbacks import ServerCallbacks, StreamInfo
-from ._server import ActiveStream, XdsServer
+from ._server import ActiveStream, ClientGone, XdsServer
 
-__all__ = ["ActiveStream", "ServerCallbacks", "StreamInfo", "XdsServer"]
+__all__ = ["ActiveStream", "ClientGone", "ServerCallbacks", "StreamInfo", "XdsServer"]

@@ -28,12 +28,18 @@ from ..wire._codec import encode_delta_response, encode_sotw_response
 from ._callbacks import ServerCallbacks, StreamInfo
 from ._wakeup import Wakeup
 
-__all__ = ["ActiveStream", "XdsServer"]
+__all__ = ["ActiveStream", "ClientGone", "XdsServer"]
 
 log = logging.getLogger("xdscore.server")
 
 _Request = TypeVar("_Request", contravariant=True)
 _Response = TypeVar("_Response", covariant=True)
+
+
+class ClientGone(Exception):
+    """Raised by a transport's send or receive when the client went away (reset its stream
+    or dropped its connection): the stream ends cleanly, it is not a failure."""
+
 
 Receive = Callable[[], Awaitable[Any]]
 """Returns the next decoded request, or ``None`` when the client closed its side."""
@@ -190,6 +196,8 @@ class XdsServer:
                             watch.append(self.cache.watch(event.node, wake.set))
                         self._dispatch(info, event)
                     wake.set()
+            except ClientGone:
+                pass
             except Exception as exc:
                 failure.append(exc)
             group.cancel_scope.cancel()
@@ -203,6 +211,8 @@ class XdsServer:
                     for response in machine.poll(view):
                         await send(encode(response))
                         self._callback(self.callbacks.on_response, info, response)
+            except ClientGone:
+                pass
             except Exception as exc:
                 failure.append(exc)
             group.cancel_scope.cancel()

@@ -17,11 +17,12 @@ from typing import Any
 import grpclib.const
 import grpclib.server
 from grpclib.encoding.base import CodecBase
-from grpclib.exceptions import GRPCError
+from grpclib.exceptions import GRPCError, StreamTerminatedError
+from h2.exceptions import StreamClosedError
 
-from .._errors import ProtocolError
+from .._errors import GrpcStatus, ProtocolError, RemoteProtocolError
 from .._typeurls import all_types
-from ..server._server import XdsServer
+from ..server._server import ClientGone, XdsServer
 from ..wire._codec import decode_delta_request, decode_request
 
 __all__ = ["GrpclibTransport"]
@@ -29,6 +30,8 @@ __all__ = ["GrpclibTransport"]
 log = logging.getLogger("xdscore.transport")
 
 _ADS = "envoy.service.discovery.v3.AggregatedDiscoveryService"
+_GONE = (StreamClosedError, StreamTerminatedError, ConnectionError)
+"""What grpclib and h2 raise when the client reset its stream or dropped its connection."""
 
 
 class _RawCodec(CodecBase):
@@ -109,14 +112,37 @@ class GrpclibTransport:
         decode = decode_delta_request if delta else decode_request
         run = self.server.run_delta_stream if delta else self.server.run_sotw_stream
 
+        limit = self.server.limits.max_request_bytes
+
         async def handle(stream: grpclib.server.Stream[Any, Any]) -> None:
             async def receive() -> Any:
-                data = await stream.recv_message()
-                return None if data is None else decode(data)
+                try:
+                    data = await stream.recv_message()
+                except NotImplementedError:
+                    # grpclib's answer to a compressed message: no encoding is supported.
+                    raise RemoteProtocolError(
+                        "compressed messages are not supported", GrpcStatus.UNIMPLEMENTED
+                    ) from None
+                except _GONE as exc:
+                    raise ClientGone from exc
+                if data is None:
+                    return None
+                if len(data) > limit:
+                    raise RemoteProtocolError(
+                        f"a request of {len(data)} bytes exceeds the limit of {limit}",
+                        GrpcStatus.RESOURCE_EXHAUSTED,
+                    )
+                return decode(data)
+
+            async def send(data: bytes) -> None:
+                try:
+                    await stream.send_message(data)
+                except _GONE as exc:
+                    raise ClientGone from exc
 
             peer = _peer(stream)
             try:
-                await run(receive, stream.send_message, type_url=type_url, peer=peer)
+                await run(receive, send, type_url=type_url, peer=peer)
             except ProtocolError as exc:
                 log.info("stream from %s ended: %s (%s)", peer, exc.message, exc.status.name)
                 raise GRPCError(grpclib.const.Status(exc.status.value), exc.message) from None
