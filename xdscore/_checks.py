@@ -64,13 +64,13 @@ def check_names(names: Collection[str], limits: StreamLimits, what: str) -> None
             f"{what} lists {len(names)} names; the limit is {limits.max_names_per_request}",
             GrpcStatus.RESOURCE_EXHAUSTED,
         )
-    for name in names:
-        if len(name) > limits.max_name_length:
-            raise RemoteProtocolError(
-                f"a name in {what} is {len(name)} characters long; "
-                f"the limit is {limits.max_name_length}",
-                GrpcStatus.RESOURCE_EXHAUSTED,
-            )
+    longest = max(map(len, names), default=0)
+    if longest > limits.max_name_length:
+        raise RemoteProtocolError(
+            f"a name in {what} is {longest} characters long; "
+            f"the limit is {limits.max_name_length}",
+            GrpcStatus.RESOURCE_EXHAUSTED,
+        )
 
 
 def check_type_count(known: int, limits: StreamLimits) -> None:
