@@ -1,0 +1,326 @@
+"""Fuzzing the server machines and the request codec.
+
+Any decoded request, however odd (random strings, nonces the server did or did not send,
+versions, huge or empty name lists, ``error_detail``, the node present, absent or changed,
+any type URL), fed in any order to a fresh SotW or Delta machine, yields events or a
+:class:`RemoteProtocolError`; after the error the machine is in ERROR and refuses to go on
+(:class:`LocalProtocolError`); ``poll`` never raises while it is open and what it sends is
+well formed. Raw bytes, random or mutated encodings, decode to a request or raise
+:class:`RemoteProtocolError`, nothing else.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+from envoy.service.discovery.v3 import discovery_pb2
+from google.protobuf import struct_pb2
+from google.protobuf.message import DecodeError
+from hypothesis import assume, event, given
+from hypothesis import strategies as st
+
+from xdscore import (
+    CLUSTER,
+    ENDPOINT,
+    LBENDPOINT,
+    LISTENER,
+    DeltaDiscoveryRequest,
+    DeltaServerStream,
+    DiscoveryRequest,
+    LocalProtocolError,
+    NodeIdentified,
+    RemoteProtocolError,
+    ResponseAcked,
+    ResponseNacked,
+    SotwServerStream,
+    StaleNonceSeen,
+    StreamLimits,
+    StreamState,
+    SubscriptionChanged,
+    make_node,
+)
+from xdscore.testing.strategies import (
+    configs,
+    error_details,
+    resource_names,
+    type_urls,
+)
+from xdscore.wire._codec import (
+    decode_delta_request,
+    decode_request,
+    encode_delta_request,
+    encode_request,
+)
+
+EVENTS = (NodeIdentified, SubscriptionChanged, ResponseAcked, ResponseNacked, StaleNonceSeen)
+NODES = (
+    make_node(id="fuzz"),
+    None,
+    make_node(id="fuzz", cluster="elsewhere"),
+    make_node(id="", metadata={"k": [1, "x", {"y": None}]}),
+)
+"""The usual node first: hypothesis draws the first choices most often."""
+SMALL = StreamLimits(
+    max_names_per_request=6, max_subscribed_names=8, max_types=3, max_name_length=40
+)
+VIEWS = st.one_of(
+    st.none(), *[configs(["a", "b", "c"], max_size=3).map(lambda c: c.snapshot())] * 3
+)
+
+odd_type_url = st.one_of(
+    type_urls(unregistered=True, delta_only=None),
+    st.text(max_size=30),
+    st.just(""),
+)
+any_type_url = st.one_of(*[st.sampled_from([CLUSTER, ENDPOINT, LISTENER])] * 6, odd_type_url)
+any_name = st.one_of(resource_names(max_size=20), st.sampled_from(["*", "", "a", "b"]))
+plain_names = st.lists(st.sampled_from(["a", "b", "c", "*"]), max_size=3)
+name_lists = st.one_of(
+    plain_names,
+    plain_names,
+    st.lists(any_name, max_size=4),
+    st.lists(st.sampled_from(["a", "b", "c", "*"]), min_size=5, max_size=40),
+)
+later_node = st.one_of(*[st.sampled_from(NODES[:2])] * 8, st.sampled_from(NODES))
+first_node = st.one_of(*[st.just(NODES[0])] * 8, st.sampled_from(NODES))
+any_error = st.one_of(st.none(), st.none(), error_details())
+
+
+def _nonce(issued: list[str]) -> st.SearchStrategy[str]:
+    options = [st.just(""), st.text(max_size=8)]
+    if issued:
+        options += [st.just(issued[-1])] * 2 + [st.sampled_from(issued)]
+    return st.one_of(options)
+
+
+def _type_url(fixed: str | None) -> st.SearchStrategy[str]:
+    if fixed is None:
+        return any_type_url
+    return st.one_of(*[st.sampled_from([fixed, ""])] * 6, any_type_url)
+
+
+def sotw_requests(
+    issued: list[str], fixed: str | None = None, *, first: bool = True
+) -> st.SearchStrategy[DiscoveryRequest]:
+    return st.builds(
+        DiscoveryRequest,
+        type_url=_type_url(fixed),
+        version_info=st.text(max_size=30),
+        resource_names=name_lists.map(tuple),
+        response_nonce=_nonce(issued),
+        error_detail=any_error,
+        node=first_node if first else later_node,
+    )
+
+
+def delta_requests(
+    issued: list[str], fixed: str | None = None, *, first: bool = True
+) -> st.SearchStrategy[DeltaDiscoveryRequest]:
+    return st.builds(
+        DeltaDiscoveryRequest,
+        type_url=_type_url(fixed),
+        resource_names_subscribe=name_lists.map(tuple),
+        resource_names_unsubscribe=name_lists.map(tuple),
+        initial_resource_versions=st.dictionaries(any_name, st.text(max_size=12), max_size=6),
+        response_nonce=_nonce(issued),
+        error_detail=any_error,
+        node=first_node if first else later_node,
+    )
+
+
+def _well_formed(response: Any, nonces: set[str]) -> None:
+    assert response.nonce, "a response without a nonce"
+    assert response.nonce not in nonces, f"nonce {response.nonce} sent twice"
+    nonces.add(response.nonce)
+    if hasattr(response, "removed"):
+        names = [r.name for r in response.resources]
+        assert len(set(names)) == len(names)
+        assert len(set(response.removed)) == len(response.removed)
+        assert not set(names) & set(response.removed)
+    else:
+        names = list(response.selection.resources)
+        assert len(set(names)) == len(names)
+    assert all(r.type_url == response.type_url for r in getattr(response, "resources", ()))
+
+
+KINDS = ("request", "ack", "nack", "change", "odd")
+"""What each step sends. Sane kinds come first: hypothesis draws early choices most often,
+and an odd request usually ends the stream, so it goes last."""
+
+
+def _sane(
+    data: st.DataObject, delta: bool, fixed: str | None, kind: str, issued: list[str], first: bool
+) -> DiscoveryRequest | DeltaDiscoveryRequest:
+    type_url = fixed or data.draw(st.sampled_from([CLUSTER, ENDPOINT, LISTENER]), label="type")
+    names = tuple(data.draw(plain_names, label="names"))
+    nonce = issued[-1] if kind in ("ack", "nack") and issued else ""
+    error = data.draw(error_details(), label="error") if kind == "nack" else None
+    node = NODES[0] if first else data.draw(st.sampled_from(NODES[:2]), label="node")
+    if delta:
+        return DeltaDiscoveryRequest(
+            type_url=type_url,
+            resource_names_subscribe=names if kind != "ack" else (),
+            resource_names_unsubscribe=tuple(data.draw(plain_names)) if kind == "change" else (),
+            response_nonce=nonce,
+            error_detail=error,
+            node=node,
+        )
+    return DiscoveryRequest(
+        type_url=type_url,
+        resource_names=names,
+        response_nonce=nonce,
+        version_info=data.draw(st.sampled_from(["", "v1"]), label="version"),
+        error_detail=error,
+        node=node,
+    )
+
+
+@given(
+    data=st.data(),
+    delta=st.booleans(),
+    fixed=st.sampled_from([None, CLUSTER, ENDPOINT, "type.example/x", LBENDPOINT]),
+    ordered=st.booleans(),
+    limits=st.sampled_from([None, SMALL]),
+)
+def test_odd_requests_give_events_or_a_remote_protocol_error(
+    data: st.DataObject, delta: bool, fixed: str | None, ordered: bool, limits: StreamLimits | None
+) -> None:
+    counter = iter(range(1, 10_000))
+    machine: Any = (DeltaServerStream if delta else SotwServerStream)(
+        nonce_source=lambda: f"n{next(counter)}", type_url=fixed, limits=limits, ordered=ordered
+    )
+    issued: list[str] = []
+    nonces: set[str] = set()
+    requests = delta_requests if delta else sotw_requests
+    received = 0
+    for _ in range(data.draw(st.integers(1, 25), label="steps")):
+        if data.draw(st.booleans(), label="poll?"):
+            for response in machine.poll(data.draw(VIEWS, label="view")):
+                _well_formed(response, nonces)
+                issued.append(response.nonce)
+                event("fuzz: a response was sent")
+            continue
+        kind = data.draw(st.sampled_from(KINDS), label="kind")
+        first = machine.node is None
+        if kind == "odd":
+            request = data.draw(requests(issued, fixed, first=first), label="request")
+        else:
+            request = _sane(data, delta, fixed, kind, issued, first)
+        try:
+            events = machine.receive(request)
+        except RemoteProtocolError as error:
+            event(f"fuzz: ended by {error.status.name} after {min(received, 3)}+ requests")
+            assert machine.state is StreamState.ERROR
+            with pytest.raises(LocalProtocolError):
+                machine.receive(request)
+            with pytest.raises(LocalProtocolError):
+                machine.poll(None)
+            return
+        received += 1
+        assert isinstance(events, list)
+        assert all(isinstance(each, EVENTS) for each in events), events
+        for each in events:
+            if not isinstance(each, NodeIdentified | SubscriptionChanged):
+                event(f"fuzz: {type(each).__name__}")
+        assert machine.state is StreamState.OPEN
+
+
+# --- the codec -----------------------------------------------------------------------------
+
+json_values = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.floats(allow_nan=False, allow_infinity=False),
+        st.text(max_size=8),
+    ),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+@st.composite
+def encodings(draw: st.DrawFn) -> bytes:
+    """Valid encodings of odd requests (node metadata included), then maybe damaged."""
+    if draw(st.booleans()):
+        request: Any = draw(sotw_requests([]))
+        encoded = encode_request(request)
+        message: Any = discovery_pb2.DiscoveryRequest.FromString(encoded)
+    else:
+        request = draw(delta_requests([]))
+        encoded = encode_delta_request(request)
+        message = discovery_pb2.DeltaDiscoveryRequest.FromString(encoded)
+    metadata = draw(st.dictionaries(st.text(max_size=5), json_values, max_size=3))
+    if metadata:
+        message.node.metadata.update(metadata)
+    data = bytearray(message.SerializeToString())
+    for _ in range(draw(st.integers(0, 3))):
+        if not data:
+            break
+        at = draw(st.integers(0, len(data) - 1))
+        action = draw(st.sampled_from(["flip", "drop", "insert", "truncate"]))
+        if action == "flip":
+            data[at] ^= draw(st.integers(1, 255))
+        elif action == "drop":
+            del data[at]
+        elif action == "insert":
+            data.insert(at, draw(st.integers(0, 255)))
+        else:
+            del data[at:]
+    return bytes(data)
+
+
+def _non_finite_metadata(data: bytes) -> bool:
+    """Whether ``data`` parses to a request whose node metadata holds NaN or an infinity."""
+
+    def walk(value: struct_pb2.Value) -> bool:
+        kind = value.WhichOneof("kind")
+        if kind == "number_value":
+            return not math.isfinite(value.number_value)
+        if kind == "struct_value":
+            return any(walk(v) for v in value.struct_value.fields.values())
+        if kind == "list_value":
+            return any(walk(v) for v in value.list_value.values)
+        return False
+
+    for cls in (discovery_pb2.DiscoveryRequest, discovery_pb2.DeltaDiscoveryRequest):
+        try:
+            message = cls.FromString(data)
+        except DecodeError:
+            continue
+        if any(walk(v) for v in message.node.metadata.fields.values()):
+            return True
+    return False
+
+
+@given(st.one_of(st.binary(max_size=300), encodings()))
+def test_request_bytes_decode_or_raise_remote_protocol_error(data: bytes) -> None:
+    # Non-finite numbers in node metadata hit the known bug pinned below.
+    assume(not _non_finite_metadata(data))
+    for decode in (decode_request, decode_delta_request):
+        try:
+            decoded = decode(data)
+        except RemoteProtocolError:
+            continue
+        assert isinstance(decoded, DiscoveryRequest | DeltaDiscoveryRequest)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "BUG (codec): a request whose node metadata holds NaN or an infinity (valid protobuf) "
+        "makes decode_request raise ValueError from json_format instead of "
+        "RemoteProtocolError, which would end the stream with INVALID_ARGUMENT"
+    ),
+)
+@pytest.mark.parametrize("number", [math.inf, -math.inf, math.nan])
+def test_non_finite_node_metadata_is_a_remote_protocol_error(number: float) -> None:
+    message = discovery_pb2.DiscoveryRequest(type_url=CLUSTER)
+    message.node.id = "fuzz"
+    message.node.metadata.fields["weight"].number_value = number
+    with pytest.raises(RemoteProtocolError):
+        decode_request(message.SerializeToString())
