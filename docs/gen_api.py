@@ -35,6 +35,7 @@ MODULES = (
     "xdscore.builders",
     "xdscore.testing",
     "xdscore.testing.strategies",
+    "xdscore.testing.cache_contract",
 )
 
 HEADER = """\
