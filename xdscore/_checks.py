@@ -67,8 +67,7 @@ def check_names(names: Collection[str], limits: StreamLimits, what: str) -> None
     longest = max(map(len, names), default=0)
     if longest > limits.max_name_length:
         raise RemoteProtocolError(
-            f"a name in {what} is {longest} characters long; "
-            f"the limit is {limits.max_name_length}",
+            f"a name in {what} is {longest} characters long; the limit is {limits.max_name_length}",
             GrpcStatus.RESOURCE_EXHAUSTED,
         )
 

@@ -21,7 +21,10 @@ Per type the machine keeps a :class:`DeltaTypeStatus`:
   the wildcard, or a removal). Names a reconnecting client lists with a version are not
   owed: their version says what the client holds.
 * ``rejected``: name → version NACKed; such a version is not sent again unless the client
-  asks for the name again; the next different version is sent.
+  asks for the name again; the next different version is sent. This holds for every
+  resource of a rejected response, good or bad: clients apply the valid resources of a
+  rejected update (Envoy's clusters and listeners, gRPC per its xDS NACK semantics), so
+  re-sending them would only repeat the rejection.
 * ``outstanding``: the response awaiting ACK/NACK; at most one per type.
 
 A response carries, for each name the subscription wants, the resource when the client
@@ -66,6 +69,8 @@ __all__ = ["DeltaResponse", "DeltaServerStream", "DeltaTypeStatus"]
 _EMPTY: frozenset[str] = frozenset()
 _REMOVED = ""
 """The version recorded in ``rejected`` for a removal the client NACKed."""
+_UNKNOWN = ""
+"""The version recorded in ``client_has`` for a resource the client may or may not hold."""
 
 
 @attrs.frozen(kw_only=True)
@@ -204,15 +209,17 @@ class DeltaServerStream(ServerMachine[DeltaTypeStatus, DeltaDiscoveryRequest, De
                 client_has = {n: v for n, v in client_has.items() if n not in dropped}
             if WILDCARD in unsubscribe and not subscription.wildcard:
                 client_has = {n: v for n, v in client_has.items() if n in subscription.names}
-        holding = status.holding
+        holding, rejected = status.holding, status.rejected
         if client_has is not status.client_has:
             holding = {n: r for n, r in holding.items() if n in client_has}
+            rejected = {n: v for n, v in rejected.items() if subscription.wants(n)}
         status = attrs.evolve(
             status,
             subscription=subscription,
             must_answer=must_answer,
             client_has=client_has,
             holding=holding,
+            rejected=rejected,
         )
         if subscription != previous:
             status = attrs.evolve(status, synced=None)
@@ -243,9 +250,16 @@ class DeltaServerStream(ServerMachine[DeltaTypeStatus, DeltaDiscoveryRequest, De
                     error=error,
                 )
             )
+            # Clients apply the valid part of a rejected response, so what it carried may now
+            # be held at a version the server does not know: if it goes away, say so.
+            client_has = dict(status.client_has)
+            for resource in outstanding.resources:
+                if _wanted(status.subscription, resource.name, resource):
+                    client_has.setdefault(resource.name, _UNKNOWN)
             return attrs.evolve(
                 status,
                 outstanding=None,
+                client_has=client_has,
                 rejected=rejected,
                 last_error=error,
                 nacks=status.nacks + 1,
@@ -255,9 +269,11 @@ class DeltaServerStream(ServerMachine[DeltaTypeStatus, DeltaDiscoveryRequest, De
         holding = dict(status.holding)
         rejected = dict(status.rejected)
         for resource in outstanding.resources:
+            rejected.pop(resource.name, None)
+            if not _wanted(status.subscription, resource.name, resource):
+                continue  # unsubscribed while in flight: the client dropped it
             client_has[resource.name] = resource.version
             holding[resource.name] = resource
-            rejected.pop(resource.name, None)
         for name in outstanding.removed:
             client_has.pop(name, None)
             holding.pop(name, None)
@@ -412,7 +428,12 @@ class DeltaServerStream(ServerMachine[DeltaTypeStatus, DeltaDiscoveryRequest, De
             # The endpoints subscription is still on its way: owe them when it arrives.
             self._endpoints_owed |= names
             return
-        owed = frozenset(name for name in names if endpoints.subscription.wants(name))
+        # A rejected version is not pushed again for warming: the next different one will be.
+        owed = frozenset(
+            name
+            for name in names
+            if endpoints.subscription.wants(name) and name not in endpoints.rejected
+        )
         if owed:
             self._types[ENDPOINT] = attrs.evolve(
                 endpoints, must_answer=endpoints.must_answer | owed

@@ -13,11 +13,14 @@ Per type the client keeps Envoy's three sets:
 :meth:`~DeltaClientStream.subscribe` and :meth:`~DeltaClientStream.unsubscribe` return the
 request to send; the first request of a wildcard-capable type with no names is legacy
 wildcard. :meth:`~DeltaClientStream.receive` applies a response and returns the ACK (nonce
-only) or NACK. A response is rejected when a name repeats, a name is both updated and
-removed, or the ``validate`` hook objects. A resource with no body whose version equals the
+only) or NACK. A response is rejected as a whole when a name repeats or a name is both
+updated and removed; when the ``validate`` hook objects to some resources, the rest of the
+response (removals included) still applies and the response is NACKed, as Envoy does for
+clusters and listeners. A resource with no body whose version equals the
 held one is a heartbeat. :meth:`~DeltaClientStream.reconnect` returns the first requests of
 a new stream: every requested name (and ``*`` when explicit) with
-``initial_resource_versions`` listing every held resource, names still waiting omitted.
+``initial_resource_versions`` listing every held resource, names still waiting omitted;
+types it no longer wants anything of are not requested again.
 """
 
 from __future__ import annotations
@@ -157,6 +160,7 @@ class DeltaClientStream:
                 state, nonce=response.nonce, last_error=detail, rejected=state.rejected + 1
             )
             return self._request(type_url, nonce=response.nonce, error=detail)
+        invalid = self._invalid(response)
         requested = dict(state.requested)
         ambiguous = dict(state.ambiguous)
         received = dict(state.wildcard_received)
@@ -165,6 +169,8 @@ class DeltaClientStream:
             held = requested.get(name) or received.get(name) or ambiguous.get(name)
             if not resource.body and held is not None and held.version == resource.version:
                 continue  # heartbeat
+            if name in invalid:
+                continue  # not applied; the rest of the response is
             if name in requested:
                 requested[name] = resource
             elif state.wildcard:
@@ -175,16 +181,33 @@ class DeltaClientStream:
                 requested[name] = None
             received.pop(name, None)
             ambiguous.pop(name, None)
-        self._types[type_url] = attrs.evolve(
+        state = attrs.evolve(
             state,
             requested=requested,
             ambiguous=ambiguous,
             wildcard_received=received,
             nonce=response.nonce,
-            last_error=None,
-            accepted=state.accepted + 1,
         )
+        if invalid:
+            detail = ErrorDetail(code=GrpcStatus.INTERNAL, message="; ".join(invalid.values()))
+            self._types[type_url] = attrs.evolve(
+                state, last_error=detail, rejected=state.rejected + 1
+            )
+            return self._request(type_url, nonce=response.nonce, error=detail)
+        self._types[type_url] = attrs.evolve(state, last_error=None, accepted=state.accepted + 1)
         return self._request(type_url, nonce=response.nonce)
+
+    def _invalid(self, response: DeltaDiscoveryResponse) -> dict[str, str]:
+        """Each resource the ``validate`` hook objects to, with its reason."""
+        if self._validate is None:
+            return {}
+        found = {}
+        for resource in response.resources:
+            if resource.body:
+                reason = self._validate(response.type_url, [resource])
+                if reason is not None:
+                    found[resource.name] = reason
+        return found
 
     def reconnect(self) -> list[DeltaDiscoveryRequest]:
         """The first requests of a new stream, one per subscribed type."""
@@ -193,6 +216,8 @@ class DeltaClientStream:
         for type_url, state in self._types.items():
             state = attrs.evolve(state, nonce="")
             self._types[type_url] = state
+            if not state.wildcard and not state.requested:
+                continue  # nothing wanted: an empty first request would mean legacy wildcard
             names = sorted(state.requested)
             if state.wildcard and not state.legacy:
                 names.insert(0, WILDCARD)
@@ -213,9 +238,6 @@ class DeltaClientStream:
             return f"{sorted(both)[0]!r} is both updated and removed"
         if len(set(response.removed_resources)) != len(response.removed_resources):
             return "duplicate name in removed_resources"
-        if self._validate is not None:
-            bodies = [resource for resource in response.resources if resource.body]
-            return self._validate(response.type_url, bodies)
         return None
 
     def _request(

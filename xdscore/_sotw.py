@@ -12,10 +12,14 @@ subscription, nonce pairing and versions.
 Per type the machine keeps an immutable :class:`TypeStatus`:
 
 * ``subscription``: replaced by each non-stale request (:class:`~xdscore.Subscription`).
-* ``held``: the version the client is known to hold: the one it ACKed, or on the first
-  request of the stream the ``version_info`` it presents (its last accepted version; with
-  content-hash versions a reconnecting client that already holds the current content is
-  sent nothing). ``None`` after a NACK, since clients may apply part of a rejected response.
+* ``held``: the version the client is known to hold: the one it ACKed, or, for LDS, CDS and
+  SRDS watched with the legacy wildcard, the ``version_info`` it presents on the first
+  request of the stream (its last accepted version: with content-hash versions a
+  reconnecting client that already holds the current full state is sent nothing).
+  Otherwise a new stream is always answered: a version says what was sent, not what the
+  client kept of it (a client drops resources it stops watching), so it is only trusted
+  where the client cannot have narrowed what it watches (inv. 8). ``None`` after a NACK,
+  since clients may apply part of a rejected response.
 * ``rejected``: the version last NACKed. It is never sent again; the next different one is.
 * ``outstanding``: the response awaiting ACK/NACK. While one is outstanding nothing more of
   that type is sent, so a slow client coalesces to the latest state instead of queueing.
@@ -29,8 +33,9 @@ Rules, in the order :meth:`receive` applies them:
 1. The first request must carry a node; later ones may omit it; a different node is an error.
 2. ADS requests must name their type; per-type services accept only their own type.
 3. A non-empty ``response_nonce`` that is not the latest sent for the type is stale: it is
-   reported and the request is otherwise ignored (it can be neither ACK nor NACK, and a
-   newer request will follow the response it has not seen yet).
+   reported and is neither ACK nor NACK. If a response of the type was sent, the request is
+   otherwise ignored too (a newer request will follow the response the client has not seen
+   yet); if none was, nothing is in flight and its ``resource_names`` still count.
 4. A request echoing the outstanding nonce is a NACK if it has ``error_detail``, else an ACK.
 5. The request's ``resource_names`` replace the subscription (wildcard rules in
    :mod:`xdscore._subscription`).
@@ -63,7 +68,7 @@ from ._ordering import blocked, referenced
 from ._records import DiscoveryRequest, ErrorDetail
 from ._resource import Resource, Selection
 from ._subscription import Subscription
-from ._typeurls import CLUSTER, ENDPOINT, type_info
+from ._typeurls import CLUSTER, ENDPOINT, TypeInfo, type_info
 from ._view import ResourceView
 
 __all__ = ["SotwResponse", "SotwServerStream", "TypeStatus"]
@@ -150,12 +155,13 @@ class SotwServerStream(ServerMachine[TypeStatus, DiscoveryRequest, SotwResponse]
         status = self._types.get(type_url)
         if status is None:
             check_type_count(len(self._types), self._limits)
+            subscription = Subscription.sotw(
+                None, request.resource_names, wildcard_capable=info.wildcard_capable
+            )
             status = TypeStatus(
-                subscription=Subscription.sotw(
-                    None, request.resource_names, wildcard_capable=info.wildcard_capable
-                ),
+                subscription=subscription,
                 requested=request.resource_names,
-                held=request.version_info or None,
+                held=(request.version_info or None) if _resumable(info, subscription) else None,
             )
             check_subscribed(len(status.subscription.names), self._limits)
             self._types[type_url] = status
@@ -167,11 +173,14 @@ class SotwServerStream(ServerMachine[TypeStatus, DiscoveryRequest, SotwResponse]
             return events
 
         nonce = request.response_nonce
-        if nonce and status.latest_nonce and nonce != status.latest_nonce:
+        if nonce and nonce != status.latest_nonce:
             events.append(
                 StaleNonceSeen(type_url=type_url, nonce=nonce, latest=status.latest_nonce)
             )
-            return events
+            if status.latest_nonce:
+                return events
+            # Nothing of this type was sent on the stream, so no response is in flight that
+            # a later request will follow: the nonce is not ours, but the names still count.
 
         outstanding = status.outstanding
         if nonce and outstanding is not None and nonce == outstanding.nonce:
@@ -220,6 +229,8 @@ class SotwServerStream(ServerMachine[TypeStatus, DiscoveryRequest, SotwResponse]
             if subscription != previous:
                 check_subscribed(len(subscription.names), self._limits)
                 status = attrs.evolve(status, subscription=subscription)
+                if not status.latest_nonce and not _resumable(info, subscription):
+                    status = attrs.evolve(status, held=None)
                 events.append(
                     SubscriptionChanged(
                         type_url=type_url, previous=previous, subscription=subscription
@@ -310,3 +321,14 @@ def _news(type_url: str, selection: Selection, holding: Selection | None) -> boo
         if old is None or old.version != resource.version:
             return True
     return type_info(type_url).sotw_full_state and len(held) != len(selection.resources)
+
+
+def _resumable(info: TypeInfo, subscription: Subscription) -> bool:
+    """Whether a version presented on a new stream says what the client holds.
+
+    Only for full-state types watched with the legacy wildcard (how Envoy watches listeners
+    and clusters): such a client never narrows what it watches, so an accepted version is
+    the whole set and it kept all of it. A client that names resources (``*`` included)
+    may have dropped some since it accepted the version, which still names them.
+    """
+    return info.sotw_full_state and subscription.legacy

@@ -7,7 +7,8 @@ Verbs return the request to send: :meth:`~SotwClientStream.watch` replaces the w
 of a type (``None`` means legacy wildcard, ``"*"`` among the names an explicit one), and
 :meth:`~SotwClientStream.receive` applies a response and returns the ACK or NACK to send.
 After a disconnect, :meth:`~SotwClientStream.reconnect` returns the first requests of the
-new stream: every watched type with the last accepted version and no nonce.
+new stream: every watched type with the last accepted version and no nonce (types it no
+longer watches anything of are not requested again).
 
 Like Envoy:
 
@@ -15,8 +16,11 @@ Like Envoy:
   nonce received for the type (so a NACK keeps the old version).
 * The node is sent on every request (or only on the first, like gRPC, with
   ``node_on_first_request_only``).
-* A response is rejected (NACK: ``error_detail`` with code INTERNAL) when a resource's
-  type differs from the response's, a name repeats, or the ``validate`` hook objects.
+* A response is rejected (NACK: ``error_detail`` with code INTERNAL) as a whole when a
+  resource's type differs from the response's or a name repeats. When the ``validate``
+  hook objects to some resources, the others still apply (as Envoy applies the valid
+  clusters and listeners of an update, and gRPC every valid resource) and the response is
+  NACKed, naming the bad ones; the version stays the last accepted one.
 * LDS, CDS and SRDS responses replace the whole set; for other types each resource is
   replaced on its own and names not in the response are kept while still watched.
 * Resources that were not asked for are ignored; a non-empty response for a type nobody
@@ -109,32 +113,58 @@ class SotwClientStream:
         state = self._types.get(type_url)
         if state is None:
             raise LocalProtocolError(f"response for {type_url!r}, which the client never watched")
-        error = self._problem(response, state)
+        error = self._malformed(response)
         if error is not None:
-            detail = ErrorDetail(code=GrpcStatus.INTERNAL, message=error)
-            state = attrs.evolve(
-                state, nonce=response.nonce, last_error=detail, rejected=state.rejected + 1
-            )
-            self._types[type_url] = state
-            return self._request(type_url, state, state.version_info, None, error=detail)
+            return self._reject(state, response, error)
         if state.subscription.empty:
             # Nothing is watched: keep the old version, as Envoy does.
             state = attrs.evolve(state, nonce=response.nonce)
             self._types[type_url] = state
             return self._request(type_url, state, state.version_info, None)
         wanted = {r.name: r for r in response.resources if state.subscription.wants(r.name)}
+        invalid = self._invalid(type_url, wanted.values())
+        for name in invalid:
+            # Keep what was held before (or nothing): the rest of the response still applies.
+            old = state.resources.get(name)
+            if old is None:
+                del wanted[name]
+            else:
+                wanted[name] = old
         full_state = type_info(type_url).sotw_full_state
         resources = wanted if full_state else {**state.resources, **wanted}
+        state = attrs.evolve(state, resources=resources)
+        if invalid:
+            return self._reject(state, response, "; ".join(invalid.values()))
         state = attrs.evolve(
             state,
             version_info=response.version_info,
             nonce=response.nonce,
-            resources=resources,
             last_error=None,
             accepted=state.accepted + 1,
         )
         self._types[type_url] = state
         return self._request(type_url, state, state.version_info, None)
+
+    def _reject(
+        self, state: ClientTypeState, response: DiscoveryResponse, error: str
+    ) -> DiscoveryRequest:
+        detail = ErrorDetail(code=GrpcStatus.INTERNAL, message=error)
+        state = attrs.evolve(
+            state, nonce=response.nonce, last_error=detail, rejected=state.rejected + 1
+        )
+        self._types[response.type_url] = state
+        return self._request(response.type_url, state, state.version_info, None, error=detail)
+
+    def _invalid(self, type_url: str, resources: Iterable[Resource]) -> dict[str, str]:
+        """Each resource the ``validate`` hook objects to, with its reason."""
+        if self._validate is None:
+            return {}
+        found = {}
+        for resource in resources:
+            reason = self._validate(type_url, [resource])
+            if reason is not None:
+                found[resource.name] = reason
+        return found
 
     def reconnect(self) -> list[DiscoveryRequest]:
         """Forget nonces (they do not survive a stream) and re-request every watched type."""
@@ -143,10 +173,13 @@ class SotwClientStream:
         for type_url, state in self._types.items():
             state = attrs.evolve(state, nonce="")
             self._types[type_url] = state
+            if state.subscription.empty:
+                continue  # nothing wanted: an empty first request would mean legacy wildcard
             requests.append(self._request(type_url, state, state.version_info, None))
         return requests
 
-    def _problem(self, response: DiscoveryResponse, state: ClientTypeState) -> str | None:
+    def _malformed(self, response: DiscoveryResponse) -> str | None:
+        """Why the response as a whole must be rejected, if it must."""
         seen: set[str] = set()
         for resource in response.resources:
             if resource.type_url != response.type_url:
@@ -157,10 +190,6 @@ class SotwClientStream:
             if resource.name in seen:
                 return f"duplicate resource name {resource.name!r}"
             seen.add(resource.name)
-        if state.subscription.empty and response.resources:
-            return None
-        if self._validate is not None:
-            return self._validate(response.type_url, response.resources)
         return None
 
     def _request(

@@ -51,13 +51,13 @@ def sotw_want(previous: Want | None, resource_names: Iterable[str], type_url: st
 def delta_want(
     previous: Want | None, subscribe: Iterable[str], unsubscribe: Iterable[str], type_url: str
 ) -> Want:
-    """Inv. 17 and 32: a first request subscribing nothing is legacy wildcard (for
+    """Inv. 17 and 32: a first request with both lists empty is legacy wildcard (for
     wildcard-capable types); naming anything ends it; ``*`` is explicit; unsubscribing ``*``
     leaves the wildcard and names are added and removed one by one."""
     added = frozenset(subscribe)
     removed = frozenset(unsubscribe)
     if previous is None:
-        if not added:
+        if not added and not removed:
             legacy = type_info(type_url).wildcard_capable
             return Want(wildcard=legacy, legacy=legacy)
         previous = Want()
@@ -115,3 +115,10 @@ requests and responses of one type cross often)."""
 STATEFUL = settings(phases=[phase for phase in Phase if phase is not Phase.explain])
 """The loaded profile without the explain phase, which traces every line (very slow before
 Python 3.12) and adds little to a state machine's printed steps."""
+
+
+def resumable(type_url: str, want: Want) -> bool:
+    """Inv. 8: a version presented on a new stream is trusted only for a full-state type
+    watched with the legacy wildcard: that client never narrowed what it watches, so an
+    accepted version is everything it holds."""
+    return type_info(type_url).sotw_full_state and want.legacy

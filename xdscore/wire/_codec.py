@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 
 from envoy.config.core.v3 import base_pb2
 from envoy.service.discovery.v3 import discovery_pb2
-from google.protobuf import json_format
+from google.protobuf import json_format, struct_pb2
 from google.protobuf.message import DecodeError
 
 from .._errors import GrpcStatus, RemoteProtocolError
@@ -62,13 +62,29 @@ def _node(message: base_pb2.Node) -> Node:
         user_agent_version=message.user_agent_version,
         client_features=tuple(message.client_features),
         locality=locality,
-        metadata=json_format.MessageToDict(message.metadata),
+        metadata=_struct(message.metadata),
         raw=raw,
     )
     _node_cache[raw] = node
     if len(_node_cache) > _NODE_CACHE_SIZE:
         _node_cache.popitem(last=False)
     return node
+
+
+def _struct(struct: struct_pb2.Struct) -> dict[str, object]:
+    """A ``google.protobuf.Struct`` as a dict (NaN and infinities kept, unlike JSON)."""
+    return {key: _value(value) for key, value in struct.fields.items()}
+
+
+def _value(value: struct_pb2.Value) -> object:
+    kind = value.WhichOneof("kind")
+    if kind == "struct_value":
+        return _struct(value.struct_value)
+    if kind == "list_value":
+        return [_value(item) for item in value.list_value.values]
+    if kind is None or kind == "null_value":
+        return None
+    return getattr(value, kind)
 
 
 def _error(
