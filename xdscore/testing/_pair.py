@@ -43,10 +43,22 @@ class _Pair(Generic[_Client, _Server, _Request, _Response]):
 
     client: _Client
     server: _Server
+    _client_class: type[_Client]
+    _server_class: type[_Server]
 
-    def __init__(self, view: Callable[[], ResourceView | None], *, wire: bool = True) -> None:
+    def __init__(
+        self,
+        view: Callable[[], ResourceView | None],
+        *,
+        node: Node,
+        validate: Validator | None = None,
+        ordered: bool = True,
+        wire: bool = True,
+    ) -> None:
         self._view = view
         self._wire = wire
+        self._ordered = ordered
+        self.client = self._client_class(node=node, validate=validate)
         self._nonces = itertools.count(1)
         self.streams = 1
         self.requests: deque[_Request] = deque()
@@ -57,7 +69,7 @@ class _Pair(Generic[_Client, _Server, _Request, _Response]):
         self.server = self._new_server()
 
     def _new_server(self) -> _Server:
-        raise NotImplementedError
+        return self._server_class(nonce_source=self._nonce, ordered=self._ordered)
 
     def _nonce(self) -> str:
         return f"{self.streams}.{next(self._nonces)}"
@@ -115,21 +127,8 @@ class _Pair(Generic[_Client, _Server, _Request, _Response]):
 class SotwPair(_Pair[SotwClientStream, SotwServerStream, DiscoveryRequest, DiscoveryResponse]):
     """A SotW client machine and server machine over an in-memory ADS stream."""
 
-    def __init__(
-        self,
-        view: Callable[[], ResourceView | None],
-        *,
-        node: Node,
-        validate: Validator | None = None,
-        ordered: bool = True,
-        wire: bool = True,
-    ) -> None:
-        self._ordered = ordered
-        super().__init__(view, wire=wire)
-        self.client = SotwClientStream(node=node, validate=validate)
-
-    def _new_server(self) -> SotwServerStream:
-        return SotwServerStream(nonce_source=self._nonce, ordered=self._ordered)
+    _client_class = SotwClientStream
+    _server_class = SotwServerStream
 
     def _through_wire(self, request: DiscoveryRequest) -> DiscoveryRequest:
         return codec.decode_request(codec.encode_request(request))
@@ -157,21 +156,8 @@ class DeltaPair(
 ):
     """A Delta client machine and server machine over an in-memory ADS stream."""
 
-    def __init__(
-        self,
-        view: Callable[[], ResourceView | None],
-        *,
-        node: Node,
-        validate: Validator | None = None,
-        ordered: bool = True,
-        wire: bool = True,
-    ) -> None:
-        self._ordered = ordered
-        super().__init__(view, wire=wire)
-        self.client = DeltaClientStream(node=node, validate=validate)
-
-    def _new_server(self) -> DeltaServerStream:
-        return DeltaServerStream(nonce_source=self._nonce, ordered=self._ordered)
+    _client_class = DeltaClientStream
+    _server_class = DeltaServerStream
 
     def _through_wire(self, request: DeltaDiscoveryRequest) -> DeltaDiscoveryRequest:
         return codec.decode_delta_request(codec.encode_delta_request(request))
