@@ -27,8 +27,8 @@ import anyio.to_thread
 
 from xdscore import LinearCache, MuxCache, Snapshot, SnapshotCache, XdsServer, same_for_all
 from xdscore import builders as b
-from xdscore._typeurls import ENDPOINT
 from xdscore.transport import GrpclibTransport
+from xdscore.wire._typeurls import ENDPOINT
 
 
 def cluster_name(index: int) -> str:

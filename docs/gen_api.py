@@ -27,6 +27,8 @@ from typing import Any
 
 MODULES = (
     "xdscore",
+    "xdscore.protocol",
+    "xdscore.wire",
     "xdscore.cache",
     "xdscore.server",
     "xdscore.transport",

@@ -16,9 +16,6 @@ import anyio
 
 from xdscore import (
     ROUTE,
-    DeltaDiscoveryRequest,
-    DeltaResponse,
-    DiscoveryRequest,
     GrpclibTransport,
     GrpcStatus,
     RemoteProtocolError,
@@ -27,12 +24,12 @@ from xdscore import (
     ServerCallbacks,
     Snapshot,
     SnapshotCache,
-    SotwResponse,
     StreamInfo,
     XdsServer,
     by_node_id,
 )
 from xdscore import builders as b
+from xdscore.protocol import DeltaDiscoveryRequest, DeltaResponse, DiscoveryRequest, SotwResponse
 from xdscore.testing import Envoy, HttpBackend, envoy_bootstrap, free_port, http_get
 
 ALLOWED = {"edge-1"}

@@ -16,19 +16,18 @@ import anyio
 
 from xdscore import (
     ENDPOINT,
-    DeltaResponse,
     GrpclibTransport,
     LinearCache,
     MuxCache,
     ServerCallbacks,
     Snapshot,
     SnapshotCache,
-    SotwResponse,
     StreamInfo,
     XdsServer,
     same_for_all,
 )
 from xdscore import builders as b
+from xdscore.protocol import DeltaResponse, SotwResponse
 from xdscore.testing import Envoy, HttpBackend, envoy_bootstrap, free_port, http_get
 
 

@@ -1,54 +1,48 @@
-"""xdscore: build xDS control planes for Envoy and proxyless gRPC, in asyncio Python."""
+"""xdscore: build xDS control planes for Envoy and proxyless gRPC, in asyncio Python.
 
-from ._delta import DeltaResponse, DeltaServerStream, DeltaTypeStatus
-from ._errors import GrpcStatus, LocalProtocolError, ProtocolError, RemoteProtocolError
-from ._events import (
-    Event,
-    NodeIdentified,
-    ResponseAcked,
-    ResponseNacked,
-    StaleNonceSeen,
-    SubscriptionChanged,
-)
-from ._limits import StreamLimits
-from ._records import DeltaDiscoveryRequest, DiscoveryRequest, ErrorDetail, Locality, Node
-from ._resource import Resource, Selection
-from ._sotw import SotwResponse, SotwServerStream, TypeStatus
-from ._state import StreamState
-from ._subscription import WILDCARD, Subscription
-from ._typeurls import (
-    CLUSTER,
-    ENDPOINT,
-    EXTENSION_CONFIG,
-    LBENDPOINT,
-    LISTENER,
-    ROUTE,
-    RUNTIME,
-    SCOPED_ROUTE,
-    SECRET,
-    VIRTUAL_HOST,
-    TypeInfo,
-    all_types,
-    by_short_name,
-    type_info,
-)
-from ._view import ResourceView
-from .cache import (
-    Cache,
-    LinearCache,
-    MuxCache,
-    Snapshot,
-    SnapshotCache,
-    SnapshotError,
-    by_node_id,
-    same_for_all,
-)
-from .server import ServerCallbacks, StreamInfo, XdsServer
-from .transport import GrpclibTransport
-from .wire._codec import make_node
-from .wire._messages import make_resource
+This package holds what an embedder needs: resources, snapshots and caches, the server and
+its transport, callbacks, errors and the type URL constants. The machines are in
+:mod:`xdscore.protocol`, the cache protocols in :mod:`xdscore.cache`, the codec in
+:mod:`xdscore.wire`, test helpers in :mod:`xdscore.testing`. Names are imported on first
+use, so ``import xdscore.protocol`` alone loads no I/O library.
+"""
 
-__version__ = "0.1.0"
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._errors import GrpcStatus, LocalProtocolError, ProtocolError, RemoteProtocolError
+    from .cache import (
+        Cache,
+        LinearCache,
+        MuxCache,
+        Snapshot,
+        SnapshotCache,
+        SnapshotError,
+        by_node_id,
+        same_for_all,
+    )
+    from .protocol import ResponseAcked, ResponseNacked, StreamLimits
+    from .server import ServerCallbacks, StreamInfo, XdsServer
+    from .transport import GrpclibTransport
+    from .wire import (
+        CLUSTER,
+        ENDPOINT,
+        EXTENSION_CONFIG,
+        LBENDPOINT,
+        LISTENER,
+        ROUTE,
+        RUNTIME,
+        SCOPED_ROUTE,
+        SECRET,
+        VIRTUAL_HOST,
+        Node,
+        Resource,
+        make_resource,
+    )
 
 __all__ = [
     "CLUSTER",
@@ -61,51 +55,78 @@ __all__ = [
     "SCOPED_ROUTE",
     "SECRET",
     "VIRTUAL_HOST",
-    "WILDCARD",
     "Cache",
-    "DeltaDiscoveryRequest",
-    "DeltaResponse",
-    "DeltaServerStream",
-    "DeltaTypeStatus",
-    "DiscoveryRequest",
-    "ErrorDetail",
-    "Event",
     "GrpcStatus",
     "GrpclibTransport",
     "LinearCache",
-    "Locality",
     "LocalProtocolError",
     "MuxCache",
     "Node",
-    "NodeIdentified",
     "ProtocolError",
     "RemoteProtocolError",
     "Resource",
-    "ResourceView",
     "ResponseAcked",
     "ResponseNacked",
-    "Selection",
     "ServerCallbacks",
     "Snapshot",
     "SnapshotCache",
     "SnapshotError",
-    "SotwResponse",
-    "SotwServerStream",
-    "StaleNonceSeen",
     "StreamInfo",
     "StreamLimits",
-    "StreamState",
-    "Subscription",
-    "SubscriptionChanged",
-    "TypeInfo",
-    "TypeStatus",
     "XdsServer",
     "__version__",
-    "all_types",
     "by_node_id",
-    "by_short_name",
-    "make_node",
     "make_resource",
     "same_for_all",
-    "type_info",
 ]
+
+_HOMES = {
+    **dict.fromkeys(
+        ["GrpcStatus", "LocalProtocolError", "ProtocolError", "RemoteProtocolError"],
+        "._errors",
+    ),
+    **dict.fromkeys(
+        ["Cache", "LinearCache", "MuxCache", "Snapshot", "SnapshotCache", "SnapshotError"],
+        ".cache",
+    ),
+    **dict.fromkeys(["by_node_id", "same_for_all"], ".cache"),
+    **dict.fromkeys(["ResponseAcked", "ResponseNacked", "StreamLimits"], ".protocol"),
+    **dict.fromkeys(["ServerCallbacks", "StreamInfo", "XdsServer"], ".server"),
+    "GrpclibTransport": ".transport",
+    **dict.fromkeys(
+        [
+            "CLUSTER",
+            "ENDPOINT",
+            "EXTENSION_CONFIG",
+            "LBENDPOINT",
+            "LISTENER",
+            "ROUTE",
+            "RUNTIME",
+            "SCOPED_ROUTE",
+            "SECRET",
+            "VIRTUAL_HOST",
+            "Node",
+            "Resource",
+            "make_resource",
+        ],
+        ".wire",
+    ),
+}
+
+try:
+    __version__ = importlib.metadata.version("xdscore")
+except importlib.metadata.PackageNotFoundError:  # running from a source tree
+    __version__ = "0+unknown"
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'xdscore' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

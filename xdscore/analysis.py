@@ -54,8 +54,11 @@ from envoy.config.route.v3 import route_pb2
 from google.protobuf import unknown_fields
 from google.protobuf.message import DecodeError, Message
 
-from ._resource import Resource
-from ._typeurls import (
+from .cache._snapshot import Snapshot
+from .wire._messages import message_class, resource_name
+from .wire._references import unresolvable
+from .wire._resource import Resource
+from .wire._typeurls import (
     CLUSTER,
     ENDPOINT,
     EXTENSION_CONFIG,
@@ -69,9 +72,6 @@ from ._typeurls import (
     all_types,
     type_info,
 )
-from .cache._snapshot import Snapshot
-from .wire._messages import message_class, resource_name
-from .wire._references import unresolvable
 
 __all__ = [
     "CODES",

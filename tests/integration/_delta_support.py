@@ -18,19 +18,21 @@ from xdscore import (
     ENDPOINT,
     LISTENER,
     ROUTE,
-    DeltaDiscoveryRequest,
-    DeltaResponse,
-    DiscoveryRequest,
-    Event,
     Resource,
     ResponseAcked,
     ResponseNacked,
     ServerCallbacks,
-    SotwResponse,
     StreamInfo,
     make_resource,
 )
 from xdscore import builders as b
+from xdscore.protocol import (
+    DeltaDiscoveryRequest,
+    DeltaResponse,
+    DiscoveryRequest,
+    Event,
+    SotwResponse,
+)
 from xdscore.testing import Envoy, http_get
 
 __all__ = [

@@ -21,22 +21,24 @@ from xdscore import (
     ENDPOINT,
     LISTENER,
     ROUTE,
-    DeltaDiscoveryRequest,
-    DiscoveryRequest,
-    Event,
     GrpclibTransport,
     ResponseAcked,
     ResponseNacked,
     ServerCallbacks,
     Snapshot,
     SnapshotCache,
-    SotwResponse,
     StreamInfo,
-    Subscription,
     XdsServer,
     same_for_all,
 )
 from xdscore import builders as b
+from xdscore.protocol import (
+    DeltaDiscoveryRequest,
+    DiscoveryRequest,
+    Event,
+    SotwResponse,
+    Subscription,
+)
 from xdscore.testing import Envoy, http_get
 
 __all__ = [

@@ -21,7 +21,6 @@ from xdscore import (
     ENDPOINT,
     LISTENER,
     ROUTE,
-    DeltaDiscoveryRequest,
     GrpclibTransport,
     LinearCache,
     MuxCache,
@@ -34,6 +33,7 @@ from xdscore import (
 )
 from xdscore import builders as b
 from xdscore.cache import Cache
+from xdscore.protocol import DeltaDiscoveryRequest
 from xdscore.testing import Envoy, EnvoyError, HttpBackend, envoy_bootstrap, free_port
 
 from ._delta_support import (

@@ -18,12 +18,12 @@ from xdscore import (
     ENDPOINT,
     LISTENER,
     ROUTE,
-    DiscoveryRequest,
     GrpclibTransport,
     SnapshotCache,
     XdsServer,
     same_for_all,
 )
+from xdscore.protocol import DiscoveryRequest
 from xdscore.testing import Envoy, EnvoyError, HttpBackend, envoy_bootstrap, free_port
 
 from ._envoy_support import (

@@ -29,23 +29,25 @@ from xdscore import (
     ENDPOINT,
     LISTENER,
     ROUTE,
-    WILDCARD,
-    DiscoveryRequest,
-    Event,
     GrpclibTransport,
-    NodeIdentified,
     ResponseAcked,
     ResponseNacked,
     ServerCallbacks,
     Snapshot,
     SnapshotCache,
-    SotwResponse,
     StreamInfo,
-    SubscriptionChanged,
     XdsServer,
     same_for_all,
 )
 from xdscore import builders as b
+from xdscore.protocol import (
+    WILDCARD,
+    DiscoveryRequest,
+    Event,
+    NodeIdentified,
+    SotwResponse,
+    SubscriptionChanged,
+)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.grpc_client]
 

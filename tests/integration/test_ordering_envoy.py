@@ -39,9 +39,6 @@ from xdscore import (
     CLUSTER,
     ENDPOINT,
     ROUTE,
-    DeltaDiscoveryRequest,
-    DeltaResponse,
-    DiscoveryRequest,
     GrpclibTransport,
     Resource,
     ResponseAcked,
@@ -49,14 +46,14 @@ from xdscore import (
     ServerCallbacks,
     Snapshot,
     SnapshotCache,
-    SotwResponse,
     StreamInfo,
     XdsServer,
     same_for_all,
-    type_info,
 )
 from xdscore import builders as b
+from xdscore.protocol import DeltaDiscoveryRequest, DeltaResponse, DiscoveryRequest, SotwResponse
 from xdscore.testing import Envoy, HttpBackend, envoy_bootstrap, free_port
+from xdscore.wire import type_info
 
 pytestmark = [pytest.mark.anyio, pytest.mark.envoy, pytest.mark.timeout(90)]
 

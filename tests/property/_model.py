@@ -10,8 +10,10 @@ import attrs
 from hypothesis import Phase, settings
 from hypothesis import strategies as st
 
-from xdscore import CLUSTER, ENDPOINT, ROUTE, WILDCARD, Resource, Subscription, make_node, type_info
+from xdscore import CLUSTER, ENDPOINT, ROUTE, Resource
+from xdscore.protocol import WILDCARD, Subscription
 from xdscore.testing.strategies import CONFIG_TYPES, EnvoyConfig, resource_names
+from xdscore.wire import make_node, type_info
 
 NODE = make_node(id="property-node", cluster="property")
 

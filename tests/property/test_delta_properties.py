@@ -23,24 +23,17 @@ from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from xdscore import (
-    CLUSTER,
-    ENDPOINT,
-    LISTENER,
+from xdscore import CLUSTER, ENDPOINT, LISTENER, Resource, ResponseAcked, ResponseNacked, Snapshot
+from xdscore.builders import eds_cluster, http_listener, load_assignment
+from xdscore.protocol import (
     WILDCARD,
     DeltaDiscoveryRequest,
     Event,
     NodeIdentified,
-    Resource,
-    ResponseAcked,
-    ResponseNacked,
-    Snapshot,
     StaleNonceSeen,
     SubscriptionChanged,
 )
-from xdscore._ordering import blocked, referenced
-from xdscore._records import DeltaDiscoveryResponse
-from xdscore.builders import eds_cluster, http_listener, load_assignment
+from xdscore.protocol._ordering import blocked, referenced
 from xdscore.testing import DeltaPair
 from xdscore.testing.strategies import (
     NACK_MARKER,
@@ -54,6 +47,7 @@ from xdscore.testing.strategies import (
     delta_client_actions,
     reject_marked,
 )
+from xdscore.wire._records import DeltaDiscoveryResponse
 
 from ._model import (
     NAMES,

@@ -24,20 +24,21 @@ from xdscore import (
     ENDPOINT,
     LBENDPOINT,
     LISTENER,
-    DeltaDiscoveryRequest,
-    DeltaServerStream,
-    DiscoveryRequest,
     LocalProtocolError,
-    NodeIdentified,
     RemoteProtocolError,
     ResponseAcked,
     ResponseNacked,
-    SotwServerStream,
-    StaleNonceSeen,
     StreamLimits,
+)
+from xdscore.protocol import (
+    DeltaDiscoveryRequest,
+    DeltaServer,
+    DiscoveryRequest,
+    NodeIdentified,
+    SotwServer,
+    StaleNonceSeen,
     StreamState,
     SubscriptionChanged,
-    make_node,
 )
 from xdscore.testing.strategies import (
     configs,
@@ -45,12 +46,9 @@ from xdscore.testing.strategies import (
     resource_names,
     type_urls,
 )
-from xdscore.wire._codec import (
-    decode_delta_request,
-    decode_request,
-    encode_delta_request,
-    encode_request,
-)
+from xdscore.wire import make_node
+from xdscore.wire._client_codec import encode_delta_request, encode_request
+from xdscore.wire._codec import decode_delta_request, decode_request
 
 EVENTS = (NodeIdentified, SubscriptionChanged, ResponseAcked, ResponseNacked, StaleNonceSeen)
 NODES = (
@@ -186,7 +184,7 @@ def test_odd_requests_give_events_or_a_remote_protocol_error(
     data: st.DataObject, delta: bool, fixed: str | None, ordered: bool, limits: StreamLimits | None
 ) -> None:
     counter = iter(range(1, 10_000))
-    machine: Any = (DeltaServerStream if delta else SotwServerStream)(
+    machine: Any = (DeltaServer if delta else SotwServer)(
         nonce_source=lambda: f"n{next(counter)}", type_url=fixed, limits=limits, ordered=ordered
     )
     issued: list[str] = []

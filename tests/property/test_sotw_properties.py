@@ -30,22 +30,10 @@ from hypothesis.stateful import (
     rule,
 )
 
-from xdscore import (
-    CLUSTER,
-    ENDPOINT,
-    Event,
-    NodeIdentified,
-    Resource,
-    ResponseAcked,
-    ResponseNacked,
-    Snapshot,
-    StaleNonceSeen,
-    SubscriptionChanged,
-    type_info,
-)
-from xdscore._ordering import blocked, referenced
-from xdscore._records import DiscoveryRequest, DiscoveryResponse
+from xdscore import CLUSTER, ENDPOINT, Resource, ResponseAcked, ResponseNacked, Snapshot
 from xdscore.builders import eds_cluster, load_assignment
+from xdscore.protocol import Event, NodeIdentified, StaleNonceSeen, SubscriptionChanged
+from xdscore.protocol._ordering import blocked, referenced
 from xdscore.testing import SotwPair
 from xdscore.testing.strategies import (
     Disconnect,
@@ -57,6 +45,8 @@ from xdscore.testing.strategies import (
     reject_marked,
     sotw_client_actions,
 )
+from xdscore.wire import type_info
+from xdscore.wire._records import DiscoveryRequest, DiscoveryResponse
 
 from ._model import (
     NAMES,

@@ -39,26 +39,28 @@ import pytest
 from xdscore import (
     CLUSTER,
     LISTENER,
-    DeltaDiscoveryRequest,
-    DeltaServerStream,
-    DiscoveryRequest,
-    ErrorDetail,
-    Event,
     GrpcStatus,
     LocalProtocolError,
-    NodeIdentified,
     RemoteProtocolError,
     ResponseAcked,
     ResponseNacked,
     Snapshot,
-    SotwServerStream,
-    StaleNonceSeen,
-    StreamState,
-    SubscriptionChanged,
-    make_node,
     make_resource,
 )
 from xdscore.builders import eds_cluster, http_listener, load_assignment
+from xdscore.protocol import (
+    DeltaDiscoveryRequest,
+    DeltaServer,
+    DiscoveryRequest,
+    ErrorDetail,
+    Event,
+    NodeIdentified,
+    SotwServer,
+    StaleNonceSeen,
+    StreamState,
+    SubscriptionChanged,
+)
+from xdscore.wire import make_node
 
 NODE = make_node(id="table")
 OTHER_NODE = make_node(id="someone-else")
@@ -235,8 +237,8 @@ class Sotw:
     """Builds the SotW states and inputs."""
 
     @staticmethod
-    def machine(per_type: bool) -> SotwServerStream:
-        return SotwServerStream(nonce_source=nonces(), type_url=CLUSTER if per_type else None)
+    def machine(per_type: bool) -> SotwServer:
+        return SotwServer(nonce_source=nonces(), type_url=CLUSTER if per_type else None)
 
     @staticmethod
     def request(
@@ -258,7 +260,7 @@ class Sotw:
         )
 
     @classmethod
-    def enter(cls, machine: SotwServerStream, state: str) -> Context:
+    def enter(cls, machine: SotwServer, state: str) -> Context:
         if state == "fresh":
             return Context()
         if state == "other_type":
@@ -301,8 +303,8 @@ class Delta:
     """Builds the Delta states and inputs."""
 
     @staticmethod
-    def machine(per_type: bool) -> DeltaServerStream:
-        return DeltaServerStream(nonce_source=nonces(), type_url=CLUSTER if per_type else None)
+    def machine(per_type: bool) -> DeltaServer:
+        return DeltaServer(nonce_source=nonces(), type_url=CLUSTER if per_type else None)
 
     @staticmethod
     def request(
@@ -326,7 +328,7 @@ class Delta:
         )
 
     @classmethod
-    def enter(cls, machine: DeltaServerStream, state: str) -> Context:
+    def enter(cls, machine: DeltaServer, state: str) -> Context:
         if state == "fresh":
             return Context()
         if state == "other_type":

@@ -13,24 +13,25 @@ from xdscore import (
     CLUSTER,
     ENDPOINT,
     VIRTUAL_HOST,
-    DeltaDiscoveryRequest,
-    DiscoveryRequest,
-    ErrorDetail,
     GrpcStatus,
-    Locality,
     Node,
     RemoteProtocolError,
     Resource,
-    Selection,
     make_resource,
 )
 from xdscore.builders import eds_cluster, load_assignment
+from xdscore.protocol import (
+    DeltaDiscoveryRequest,
+    DiscoveryRequest,
+    ErrorDetail,
+    Locality,
+    Selection,
+)
+from xdscore.wire._client_codec import encode_delta_request, encode_request
 from xdscore.wire._codec import (
     decode_delta_request,
     decode_request,
-    encode_delta_request,
     encode_delta_response,
-    encode_request,
     encode_sotw_response,
 )
 from xdscore.wire._framing import bytes_field, string_field, varint

@@ -21,29 +21,31 @@ from xdscore import (
     LISTENER,
     ROUTE,
     VIRTUAL_HOST,
-    WILDCARD,
-    DeltaDiscoveryRequest,
-    DeltaResponse,
-    DeltaServerStream,
-    ErrorDetail,
     GrpcStatus,
     LocalProtocolError,
     Node,
-    NodeIdentified,
     RemoteProtocolError,
     Resource,
-    ResourceView,
     ResponseAcked,
     ResponseNacked,
     Snapshot,
-    StaleNonceSeen,
     StreamLimits,
-    StreamState,
-    Subscription,
-    SubscriptionChanged,
     make_resource,
 )
 from xdscore.builders import eds_cluster, http_listener, load_assignment, route_configuration
+from xdscore.protocol import (
+    WILDCARD,
+    DeltaDiscoveryRequest,
+    DeltaResponse,
+    DeltaServer,
+    ErrorDetail,
+    NodeIdentified,
+    ResourceView,
+    StaleNonceSeen,
+    StreamState,
+    Subscription,
+    SubscriptionChanged,
+)
 
 NODE = Node(id="node-1", raw=b"\n\x06node-1")
 SAME_ID_OTHER_NODE = Node(id="node-1", raw=b"\n\x06node-1\x12\x01x")
@@ -78,9 +80,9 @@ def stream(
     limits: StreamLimits | None = None,
     *,
     ordered: bool = True,
-) -> DeltaServerStream:
+) -> DeltaServer:
     counter = itertools.count(1)
-    return DeltaServerStream(
+    return DeltaServer(
         nonce_source=lambda: str(next(counter)),
         type_url=type_url,
         limits=limits,
@@ -110,7 +112,7 @@ def req(
 
 
 def start(
-    machine: DeltaServerStream,
+    machine: DeltaServer,
     type_url: str,
     subscribe: Iterable[str] = (),
     *,
@@ -122,7 +124,7 @@ def start(
 
 
 def change(
-    machine: DeltaServerStream,
+    machine: DeltaServer,
     type_url: str,
     subscribe: Iterable[str] = (),
     unsubscribe: Iterable[str] = (),
@@ -134,7 +136,7 @@ def change(
 
 
 def ack(
-    machine: DeltaServerStream,
+    machine: DeltaServer,
     response: DeltaResponse,
     subscribe: Iterable[str] = (),
     unsubscribe: Iterable[str] = (),
@@ -145,7 +147,7 @@ def ack(
 
 
 def nack(
-    machine: DeltaServerStream,
+    machine: DeltaServer,
     response: DeltaResponse,
     subscribe: Iterable[str] = (),
     unsubscribe: Iterable[str] = (),
@@ -186,7 +188,7 @@ def assert_well_formed(response: DeltaResponse) -> None:
     assert all(resource.type_url == response.type_url for resource in response.resources)
 
 
-def settle(machine: DeltaServerStream, view: ResourceView | None) -> list[DeltaResponse]:
+def settle(machine: DeltaServer, view: ResourceView | None) -> list[DeltaResponse]:
     """Poll and ACK until nothing more is due; every response sent on the way."""
     out: list[DeltaResponse] = []
     for _ in range(20):

@@ -13,23 +13,25 @@ from xdscore import (
     ENDPOINT,
     LISTENER,
     ROUTE,
-    DeltaDiscoveryRequest,
-    DeltaServerStream,
-    DiscoveryRequest,
     LinearCache,
     MuxCache,
     Node,
     Resource,
     Snapshot,
     SnapshotCache,
-    SotwResponse,
-    SotwServerStream,
-    Subscription,
     make_resource,
     same_for_all,
 )
-from xdscore._subscription import EVERYTHING
 from xdscore.builders import eds_cluster, http_listener, load_assignment
+from xdscore.protocol import (
+    DeltaDiscoveryRequest,
+    DeltaServer,
+    DiscoveryRequest,
+    SotwResponse,
+    SotwServer,
+    Subscription,
+)
+from xdscore.protocol._subscription import EVERYTHING
 
 NODE = Node(id="node-1", raw=b"node-1")
 OTHER_NODE = Node(id="node-2", raw=b"node-2")
@@ -302,7 +304,7 @@ def test_linear_rejected_batch_leaves_the_cache_unchanged() -> None:
 def test_linear_cache_delta_stream_sends_exactly_the_changed_assignment() -> None:
     cache = LinearCache(ENDPOINT, endpoints(300))
     names = sorted(cache.view().resources(ENDPOINT) or {})
-    machine = DeltaServerStream(nonce_source=nonces(), type_url=ENDPOINT)
+    machine = DeltaServer(nonce_source=nonces(), type_url=ENDPOINT)
     machine.receive(
         DeltaDiscoveryRequest(type_url=ENDPOINT, resource_names_subscribe=tuple(names), node=NODE)
     )
@@ -331,7 +333,7 @@ def test_linear_cache_delta_stream_sends_exactly_the_changed_assignment() -> Non
 
 def test_linear_cache_delta_wildcard_stream_sends_new_and_changed_only() -> None:
     cache = LinearCache(ENDPOINT, endpoints(50))
-    machine = DeltaServerStream(nonce_source=nonces())
+    machine = DeltaServer(nonce_source=nonces())
     machine.receive(
         DeltaDiscoveryRequest(type_url=ENDPOINT, resource_names_subscribe=("*",), node=NODE)
     )
@@ -345,7 +347,7 @@ def test_linear_cache_delta_wildcard_stream_sends_new_and_changed_only() -> None
 
 def test_linear_cache_sotw_stream_sends_the_subscribed_set() -> None:
     cache = LinearCache(ENDPOINT, [EP_A, EP_B, EP_C])
-    machine = SotwServerStream(nonce_source=nonces(), type_url=ENDPOINT)
+    machine = SotwServer(nonce_source=nonces(), type_url=ENDPOINT)
     machine.receive(DiscoveryRequest(type_url=ENDPOINT, resource_names=("a", "b"), node=NODE))
     (first,) = machine.poll(cache.view())
     assert list(first.selection.resources) == ["a", "b"]
@@ -483,7 +485,7 @@ def test_mux_feeds_a_delta_ads_stream_from_both_caches() -> None:
     snapshots = SnapshotCache(group=same_for_all)
     snapshots.set_snapshot(None, Snapshot([CL_A]))
     mux = MuxCache({ENDPOINT: linear}, default=snapshots)
-    machine = DeltaServerStream(nonce_source=nonces())
+    machine = DeltaServer(nonce_source=nonces())
     machine.receive(DeltaDiscoveryRequest(type_url=CLUSTER, node=NODE))
     machine.receive(DeltaDiscoveryRequest(type_url=ENDPOINT, resource_names_subscribe=("a", "b")))
 

@@ -1,6 +1,6 @@
 """Make-before-break ordering on ADS (:mod:`xdscore._ordering`), on both state machines.
 
-Each test drives a :class:`SotwServerStream` or a :class:`DeltaServerStream` (parametrized
+Each test drives a :class:`SotwServer` or a :class:`DeltaServer` (parametrized
 as ``protocol``) through :class:`Client`, a small model of an xDS client: it subscribes,
 applies each response as it arrives (SotW CDS/LDS replace everything they hold, SotW
 EDS/RDS update the names present, Delta applies resources and removals), ACKs it or NACKs
@@ -31,20 +31,22 @@ from xdscore import (
     LISTENER,
     ROUTE,
     SECRET,
-    DeltaDiscoveryRequest,
-    DeltaResponse,
-    DeltaServerStream,
-    DiscoveryRequest,
-    ErrorDetail,
     Node,
     Resource,
     Snapshot,
-    SotwResponse,
-    SotwServerStream,
     make_resource,
-    type_info,
 )
 from xdscore.builders import eds_cluster, http_listener, load_assignment, route_configuration
+from xdscore.protocol import (
+    DeltaDiscoveryRequest,
+    DeltaResponse,
+    DeltaServer,
+    DiscoveryRequest,
+    ErrorDetail,
+    SotwResponse,
+    SotwServer,
+)
+from xdscore.wire import type_info
 
 Protocol = Literal["sotw", "delta"]
 Follow = Literal["envoy", "grpc"] | None
@@ -130,13 +132,11 @@ class Client:
         counter = itertools.count(1)
         source = lambda: f"n{next(counter)}"  # noqa: E731
         self.protocol = protocol
-        self.machine: SotwServerStream | DeltaServerStream
+        self.machine: SotwServer | DeltaServer
         if protocol == "sotw":
-            self.machine = SotwServerStream(nonce_source=source, type_url=type_url, ordered=ordered)
+            self.machine = SotwServer(nonce_source=source, type_url=type_url, ordered=ordered)
         else:
-            self.machine = DeltaServerStream(
-                nonce_source=source, type_url=type_url, ordered=ordered
-            )
+            self.machine = DeltaServer(nonce_source=source, type_url=type_url, ordered=ordered)
         self.fixed = type_url
         self.follow = follow
         self.check = ordered and type_url is None  # assert "nothing dangling" throughout

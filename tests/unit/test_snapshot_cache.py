@@ -18,13 +18,13 @@ from xdscore import (
     Snapshot,
     SnapshotCache,
     SnapshotError,
-    Subscription,
     by_node_id,
     make_resource,
     same_for_all,
 )
-from xdscore._resource import content_version
 from xdscore.builders import eds_cluster, http_listener, load_assignment, route_configuration
+from xdscore.protocol import Subscription
+from xdscore.wire._resource import content_version
 
 NODE_A = Node(id="a", cluster="edge", raw=b"a")
 NODE_A_OTHER = Node(id="a", cluster="core", raw=b"a2")

@@ -20,26 +20,28 @@ from xdscore import (
     ROUTE,
     SECRET,
     VIRTUAL_HOST,
-    DiscoveryRequest,
-    ErrorDetail,
     GrpcStatus,
     LocalProtocolError,
     Node,
-    NodeIdentified,
     RemoteProtocolError,
     ResponseAcked,
     ResponseNacked,
     Snapshot,
-    SotwResponse,
-    SotwServerStream,
-    StaleNonceSeen,
     StreamLimits,
-    StreamState,
-    Subscription,
-    SubscriptionChanged,
     make_resource,
 )
 from xdscore.builders import eds_cluster, http_listener, load_assignment, route_configuration
+from xdscore.protocol import (
+    DiscoveryRequest,
+    ErrorDetail,
+    NodeIdentified,
+    SotwResponse,
+    SotwServer,
+    StaleNonceSeen,
+    StreamState,
+    Subscription,
+    SubscriptionChanged,
+)
 
 T = TypeVar("T")
 
@@ -68,12 +70,12 @@ def nonce_source() -> Callable[[], str]:
     return lambda: f"n{next(counter)}"
 
 
-def ads(limits: StreamLimits | None = None) -> SotwServerStream:
-    return SotwServerStream(nonce_source=nonce_source(), limits=limits)
+def ads(limits: StreamLimits | None = None) -> SotwServer:
+    return SotwServer(nonce_source=nonce_source(), limits=limits)
 
 
-def per_type(type_url: str) -> SotwServerStream:
-    return SotwServerStream(nonce_source=nonce_source(), type_url=type_url)
+def per_type(type_url: str) -> SotwServer:
+    return SotwServer(nonce_source=nonce_source(), type_url=type_url)
 
 
 def req(
@@ -96,16 +98,14 @@ def req(
 
 
 def first(
-    machine: SotwServerStream, type_url: str, names: Iterable[str] = (), *, version: str = ""
+    machine: SotwServer, type_url: str, names: Iterable[str] = (), *, version: str = ""
 ) -> list[object]:
     """The first request of a type; carries the node only if the stream has none yet."""
     node = NODE if machine.node is None else None
     return list(machine.receive(req(type_url, names, version=version, node=node)))
 
 
-def ack(
-    machine: SotwServerStream, response: SotwResponse, names: Iterable[str] = ()
-) -> list[object]:
+def ack(machine: SotwServer, response: SotwResponse, names: Iterable[str] = ()) -> list[object]:
     return list(
         machine.receive(
             req(
@@ -119,7 +119,7 @@ def ack(
 
 
 def nack(
-    machine: SotwServerStream,
+    machine: SotwServer,
     response: SotwResponse,
     names: Iterable[str] = (),
     *,
@@ -132,7 +132,7 @@ def nack(
     )
 
 
-def echo_names(machine: SotwServerStream, type_url: str) -> tuple[str, ...]:
+def echo_names(machine: SotwServer, type_url: str) -> tuple[str, ...]:
     """The resource_names a client repeats to keep its current subscription."""
     subscription = machine.status()[type_url].subscription
     if subscription.legacy:
@@ -141,7 +141,7 @@ def echo_names(machine: SotwServerStream, type_url: str) -> tuple[str, ...]:
     return wildcard + tuple(sorted(subscription.names))
 
 
-def settle(machine: SotwServerStream, view: Snapshot, limit: int = 20) -> list[SotwResponse]:
+def settle(machine: SotwServer, view: Snapshot, limit: int = 20) -> list[SotwResponse]:
     """Poll and ACK everything until nothing more is sent; every response, in order."""
     sent: list[SotwResponse] = []
     for _ in range(limit):
@@ -938,7 +938,7 @@ def _route_names(responses: list[SotwResponse]) -> list[str]:
     return [name for r in responses if r.type_url == ROUTE for name in names(r)]
 
 
-def _ack_type(machine: SotwServerStream, responses: list[SotwResponse], type_url: str) -> None:
+def _ack_type(machine: SotwServer, responses: list[SotwResponse], type_url: str) -> None:
     for response in responses:
         if response.type_url == type_url:
             ack(machine, response, echo_names(machine, type_url))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from xdscore import WILDCARD, Subscription
+from xdscore.protocol import WILDCARD, Subscription
 
 LEGACY = Subscription(frozenset(), wildcard=True, legacy=True)
 NOTHING = Subscription(frozenset(), wildcard=False, legacy=False)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from .._records import Node
-from .._view import ResourceView
+from ..protocol._view import ResourceView
+from ..wire._records import Node
 
 __all__ = ["Cache", "Cancel", "Notify"]
 

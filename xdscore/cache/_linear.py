@@ -6,10 +6,11 @@ from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from .._records import Node
-from .._resource import Resource, Selection
-from .._subscription import Subscription
+from ..protocol._subscription import Subscription
+from ..protocol._view import Selection
 from ..wire._messages import make_resource
+from ..wire._records import Node
+from ..wire._resource import Resource
 from ._interface import Cancel, Notify
 from ._snapshot import select
 from ._watchers import Watchers

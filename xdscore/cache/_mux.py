@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .._records import Node
-from .._resource import Resource, Selection
-from .._subscription import Subscription
-from .._view import ResourceView
+from ..protocol._subscription import Subscription
+from ..protocol._view import ResourceView, Selection
+from ..wire._records import Node
+from ..wire._resource import Resource
 from ._interface import Cache, Cancel, Notify
 
 __all__ = ["MuxCache"]

@@ -8,10 +8,11 @@ from typing import Any
 
 import attrs
 
-from .._resource import Resource, Selection
-from .._subscription import EVERYTHING, Subscription
-from .._typeurls import type_info
+from ..protocol._subscription import EVERYTHING, Subscription
+from ..protocol._view import Selection
 from ..wire._messages import make_resource
+from ..wire._resource import Resource
+from ..wire._typeurls import type_info
 
 __all__ = ["Inconsistency", "Snapshot", "SnapshotError", "select"]
 

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable
 
-from .._records import Node
+from ..wire._records import Node
 from ._interface import Cancel, Notify
 from ._snapshot import Snapshot, SnapshotError
 from ._watchers import Watchers
 
-__all__ = ["SnapshotCache", "by_node_id", "same_for_all"]
+__all__ = ["NodeGroup", "SnapshotCache", "by_node_id", "same_for_all"]
 
 NodeGroup = Callable[[Node], Hashable]
+"""Maps a node to the key of its group of clients."""
 
 
 def by_node_id(node: Node) -> Hashable:

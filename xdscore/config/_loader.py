@@ -23,11 +23,11 @@ import attrs
 import yaml
 from google.protobuf import json_format
 
-from .._resource import Resource
-from .._typeurls import all_types, type_info
 from ..analysis import DANGLING_REFERENCE, Diagnostic, analyze
 from ..cache._snapshot import Snapshot
 from ..wire._messages import import_all_protos, make_resource, message_class
+from ..wire._resource import Resource
+from ..wire._typeurls import all_types, type_info
 
 __all__ = ["ConfigError", "Problem", "load_directory", "read_directory"]
 

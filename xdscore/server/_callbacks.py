@@ -6,12 +6,12 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from .._events import Event, ResponseAcked, ResponseNacked
-from .._records import DeltaDiscoveryRequest, DiscoveryRequest, Node
+from ..protocol._events import Event, ResponseAcked, ResponseNacked
+from ..wire._records import DeltaDiscoveryRequest, DiscoveryRequest, Node
 
 if TYPE_CHECKING:
-    from .._delta import DeltaResponse
-    from .._sotw import SotwResponse
+    from ..protocol._delta_server import DeltaResponse
+    from ..protocol._sotw_server import SotwResponse
 
 __all__ = ["ServerCallbacks", "StreamInfo"]
 

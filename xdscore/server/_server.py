@@ -17,13 +17,13 @@ from typing import Any, Protocol, TypeVar
 
 import anyio
 
-from .._delta import DeltaResponse, DeltaServerStream
 from .._errors import GrpcStatus, ProtocolError, RemoteProtocolError
-from .._events import Event, NodeIdentified, ResponseAcked, ResponseNacked
-from .._limits import StreamLimits
-from .._sotw import SotwResponse, SotwServerStream
-from .._view import ResourceView
 from ..cache._interface import Cache, Cancel
+from ..protocol._delta_server import DeltaResponse, DeltaServer
+from ..protocol._events import Event, NodeIdentified, ResponseAcked, ResponseNacked
+from ..protocol._limits import StreamLimits
+from ..protocol._sotw_server import SotwResponse, SotwServer
+from ..protocol._view import ResourceView
 from ..wire._codec import encode_delta_response, encode_sotw_response
 from ._callbacks import ServerCallbacks, StreamInfo
 from ._wakeup import Wakeup
@@ -107,19 +107,17 @@ class XdsServer:
         self, receive: Receive, send: Send, *, type_url: str | None = None, peer: str = ""
     ) -> None:
         """Serve one SotW stream until the client closes it; raises :class:`ProtocolError`."""
-        await self._run(SotwServerStream, "sotw", self._encode_sotw, receive, send, type_url, peer)
+        await self._run(SotwServer, "sotw", self._encode_sotw, receive, send, type_url, peer)
 
     async def run_delta_stream(
         self, receive: Receive, send: Send, *, type_url: str | None = None, peer: str = ""
     ) -> None:
         """Serve one Delta stream until the client closes it; raises :class:`ProtocolError`."""
-        await self._run(
-            DeltaServerStream, "delta", self._encode_delta, receive, send, type_url, peer
-        )
+        await self._run(DeltaServer, "delta", self._encode_delta, receive, send, type_url, peer)
 
     async def _run(
         self,
-        machine_class: type[SotwServerStream] | type[DeltaServerStream],
+        machine_class: type[SotwServer] | type[DeltaServer],
         protocol: str,
         encode: Callable[[Any], bytes],
         receive: Receive,

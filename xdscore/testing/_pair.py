@@ -15,25 +15,26 @@ from collections import deque
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-from .._delta import DeltaResponse, DeltaServerStream
-from .._delta_client import DeltaClientStream
-from .._events import Event
-from .._records import (
+from ..protocol._delta_client import DeltaClient
+from ..protocol._delta_server import DeltaResponse, DeltaServer
+from ..protocol._events import Event
+from ..protocol._sotw_client import SotwClient, Validator
+from ..protocol._sotw_server import SotwResponse, SotwServer
+from ..protocol._view import ResourceView
+from ..wire import _client_codec as client_codec
+from ..wire import _codec as codec
+from ..wire._records import (
     DeltaDiscoveryRequest,
     DeltaDiscoveryResponse,
     DiscoveryRequest,
     DiscoveryResponse,
     Node,
 )
-from .._sotw import SotwResponse, SotwServerStream
-from .._sotw_client import SotwClientStream, Validator
-from .._view import ResourceView
-from ..wire import _codec as codec
 
 __all__ = ["DeltaPair", "SotwPair"]
 
-_Client = TypeVar("_Client", SotwClientStream, DeltaClientStream)
-_Server = TypeVar("_Server", SotwServerStream, DeltaServerStream)
+_Client = TypeVar("_Client", SotwClient, DeltaClient)
+_Server = TypeVar("_Server", SotwServer, DeltaServer)
 _Request = TypeVar("_Request", DiscoveryRequest, DeltaDiscoveryRequest)
 _Response = TypeVar("_Response", DiscoveryResponse, DeltaDiscoveryResponse)
 
@@ -124,19 +125,19 @@ class _Pair(Generic[_Client, _Server, _Request, _Response]):
         raise AssertionError(f"the pair did not settle within {max_steps} steps")
 
 
-class SotwPair(_Pair[SotwClientStream, SotwServerStream, DiscoveryRequest, DiscoveryResponse]):
+class SotwPair(_Pair[SotwClient, SotwServer, DiscoveryRequest, DiscoveryResponse]):
     """A SotW client machine and server machine over an in-memory ADS stream."""
 
-    _client_class = SotwClientStream
-    _server_class = SotwServerStream
+    _client_class = SotwClient
+    _server_class = SotwServer
 
     def _through_wire(self, request: DiscoveryRequest) -> DiscoveryRequest:
-        return codec.decode_request(codec.encode_request(request))
+        return codec.decode_request(client_codec.encode_request(request))
 
     def _to_client(self, response: SotwResponse | DeltaResponse) -> DiscoveryResponse:
         assert isinstance(response, SotwResponse)
         if self._wire:
-            return codec.decode_response(
+            return client_codec.decode_response(
                 codec.encode_sotw_response(
                     version_info=response.version_info,
                     nonce=response.nonce,
@@ -151,21 +152,19 @@ class SotwPair(_Pair[SotwClientStream, SotwServerStream, DiscoveryRequest, Disco
         )
 
 
-class DeltaPair(
-    _Pair[DeltaClientStream, DeltaServerStream, DeltaDiscoveryRequest, DeltaDiscoveryResponse]
-):
+class DeltaPair(_Pair[DeltaClient, DeltaServer, DeltaDiscoveryRequest, DeltaDiscoveryResponse]):
     """A Delta client machine and server machine over an in-memory ADS stream."""
 
-    _client_class = DeltaClientStream
-    _server_class = DeltaServerStream
+    _client_class = DeltaClient
+    _server_class = DeltaServer
 
     def _through_wire(self, request: DeltaDiscoveryRequest) -> DeltaDiscoveryRequest:
-        return codec.decode_delta_request(codec.encode_delta_request(request))
+        return codec.decode_delta_request(client_codec.encode_delta_request(request))
 
     def _to_client(self, response: SotwResponse | DeltaResponse) -> DeltaDiscoveryResponse:
         assert isinstance(response, DeltaResponse)
         if self._wire:
-            return codec.decode_delta_response(
+            return client_codec.decode_delta_response(
                 codec.encode_delta_response(
                     type_url=response.type_url,
                     nonce=response.nonce,

@@ -46,13 +46,13 @@ from hypothesis import settings as Settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from .._records import Node
-from .._resource import Resource, Selection
-from .._subscription import EVERYTHING, WILDCARD, Subscription
-from .._typeurls import all_types
-from .._view import ResourceView
 from ..cache._interface import Cache, Cancel
-from ..wire._codec import make_node
+from ..protocol._subscription import EVERYTHING, WILDCARD, Subscription
+from ..protocol._view import ResourceView, Selection
+from ..wire._node import make_node
+from ..wire._records import Node
+from ..wire._resource import Resource
+from ..wire._typeurls import all_types
 from .strategies import THING
 
 __all__ = ["Expected", "TypeState", "WriteOp", "cache_contract"]

@@ -21,10 +21,13 @@ import attrs
 from hypothesis import strategies as st
 
 from .. import builders
-from .._records import ErrorDetail
-from .._resource import Resource
-from .._subscription import WILDCARD
-from .._typeurls import (
+from ..cache import Snapshot
+from ..protocol._subscription import WILDCARD
+from ..wire._framing import string_field
+from ..wire._messages import make_resource
+from ..wire._records import ErrorDetail
+from ..wire._resource import Resource
+from ..wire._typeurls import (
     CLUSTER,
     ENDPOINT,
     LISTENER,
@@ -33,9 +36,6 @@ from .._typeurls import (
     all_types,
     type_info,
 )
-from ..cache import Snapshot
-from ..wire._framing import string_field
-from ..wire._messages import make_resource
 
 __all__ = [
     "CONFIG_TYPES",

@@ -21,9 +21,9 @@ from grpclib.exceptions import GRPCError, StreamTerminatedError
 from h2.exceptions import StreamClosedError
 
 from .._errors import GrpcStatus, ProtocolError, RemoteProtocolError
-from .._typeurls import all_types
 from ..server._server import ClientGone, XdsServer
 from ..wire._codec import decode_delta_request, decode_request
+from ..wire._typeurls import all_types
 
 __all__ = ["GrpclibTransport"]
 

@@ -14,8 +14,8 @@ from typing import Any
 from google.protobuf import symbol_database
 from google.protobuf.message import DecodeError, Message
 
-from .._resource import Resource
-from .._typeurls import ENDPOINT, TYPE_URL_PREFIX, type_info
+from ._resource import Resource
+from ._typeurls import ENDPOINT, TYPE_URL_PREFIX, type_info
 
 __all__ = [
     "decode_resource",

@@ -34,7 +34,7 @@ from envoy.extensions.transport_sockets.tls.v3 import tls_pb2
 from google.protobuf import any_pb2
 from google.protobuf.message import DecodeError, Message
 
-from .._typeurls import CLUSTER, ENDPOINT, EXTENSION_CONFIG, LISTENER, ROUTE, SCOPED_ROUTE, SECRET
+from ._typeurls import CLUSTER, ENDPOINT, EXTENSION_CONFIG, LISTENER, ROUTE, SCOPED_ROUTE, SECRET
 
 __all__ = ["Reference", "references", "unresolvable"]
 

@@ -2,11 +2,11 @@
 
 Theory of operation
 -------------------
-A :class:`SotwClientStream` holds, per type, what the client watches and what it accepted.
-Verbs return the request to send: :meth:`~SotwClientStream.watch` replaces the watched set
+A :class:`SotwClient` holds, per type, what the client watches and what it accepted.
+Verbs return the request to send: :meth:`~SotwClient.watch` replaces the watched set
 of a type (``None`` means legacy wildcard, ``"*"`` among the names an explicit one), and
-:meth:`~SotwClientStream.receive` applies a response and returns the ACK or NACK to send.
-After a disconnect, :meth:`~SotwClientStream.reconnect` returns the first requests of the
+:meth:`~SotwClient.receive` applies a response and returns the ACK or NACK to send.
+After a disconnect, :meth:`~SotwClient.reconnect` returns the first requests of the
 new stream: every watched type with the last accepted version and no nonce (types it no
 longer watches anything of are not requested again).
 
@@ -33,20 +33,20 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import attrs
 
-from ._errors import GrpcStatus, LocalProtocolError
-from ._records import DiscoveryRequest, DiscoveryResponse, ErrorDetail, Node
-from ._resource import Resource
+from .._errors import GrpcStatus, LocalProtocolError
+from ..wire._records import DiscoveryRequest, DiscoveryResponse, ErrorDetail, Node
+from ..wire._resource import Resource
+from ..wire._typeurls import type_info
 from ._subscription import WILDCARD, Subscription
-from ._typeurls import type_info
 
-__all__ = ["ClientTypeState", "SotwClientStream", "Validator"]
+__all__ = ["SotwClientTypeState", "SotwClient", "Validator"]
 
 Validator = Callable[[str, Sequence[Resource]], str | None]
 """Given a type URL and the resources of a response, an error message to NACK with."""
 
 
 @attrs.frozen(kw_only=True)
-class ClientTypeState:
+class SotwClientTypeState:
     """What the client watches and holds of one type."""
 
     subscription: Subscription
@@ -58,7 +58,7 @@ class ClientTypeState:
     rejected: int = 0
 
 
-class SotwClientStream:
+class SotwClient:
     """The client side of a SotW ADS stream, as Envoy (or gRPC) drives one."""
 
     def __init__(
@@ -72,9 +72,9 @@ class SotwClientStream:
         self._validate = validate
         self._node_once = node_on_first_request_only
         self._node_sent = False
-        self._types: dict[str, ClientTypeState] = {}
+        self._types: dict[str, SotwClientTypeState] = {}
 
-    def state(self, type_url: str) -> ClientTypeState | None:
+    def state(self, type_url: str) -> SotwClientTypeState | None:
         """The client's state for ``type_url``, if it ever watched it."""
         return self._types.get(type_url)
 
@@ -100,7 +100,7 @@ class SotwClientStream:
             wildcard_capable=info.wildcard_capable,
         )
         if previous is None:
-            state = ClientTypeState(subscription=subscription)
+            state = SotwClientTypeState(subscription=subscription)
         else:
             kept = {n: r for n, r in previous.resources.items() if subscription.wants(n)}
             state = attrs.evolve(previous, subscription=subscription, resources=kept)
@@ -146,7 +146,7 @@ class SotwClientStream:
         return self._request(type_url, state, state.version_info, None)
 
     def _reject(
-        self, state: ClientTypeState, response: DiscoveryResponse, error: str
+        self, state: SotwClientTypeState, response: DiscoveryResponse, error: str
     ) -> DiscoveryRequest:
         detail = ErrorDetail(code=GrpcStatus.INTERNAL, message=error)
         state = attrs.evolve(
@@ -195,7 +195,7 @@ class SotwClientStream:
     def _request(
         self,
         type_url: str,
-        state: ClientTypeState,
+        state: SotwClientTypeState,
         version_info: str,
         listed: tuple[str, ...] | None,
         *,

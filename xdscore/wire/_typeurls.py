@@ -77,7 +77,6 @@ class TypeInfo:
     """Fully qualified per-type discovery service, when the type has one."""
     sotw_method: str | None = None
     delta_method: str | None = None
-    fetch_method: str | None = None
 
     @property
     def message_name(self) -> str:
@@ -86,12 +85,11 @@ class TypeInfo:
 
 
 def _served(service: str, stem: str, **properties: Any) -> TypeInfo:
-    """A type with the usual trio of methods: ``Stream<stem>``, ``Delta<stem>``, ``Fetch<stem>``."""
+    """A type with the usual streaming methods: ``Stream<stem>`` and ``Delta<stem>``."""
     return TypeInfo(
         service=service,
         sotw_method=f"Stream{stem}",
         delta_method=f"Delta{stem}",
-        fetch_method=f"Fetch{stem}",
         **properties,
     )
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import attrs
 
-from ._records import ErrorDetail, Node
+from ..wire._records import ErrorDetail, Node
 from ._subscription import Subscription
 
 __all__ = [

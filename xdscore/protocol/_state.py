@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 
-from ._errors import LocalProtocolError
+from .._errors import LocalProtocolError
 
 __all__ = ["StreamState", "ensure_open"]
 

@@ -33,9 +33,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Protocol
 
-from ._resource import Resource
+from ..wire._resource import Resource
+from ..wire._typeurls import type_info
 from ._subscription import Subscription
-from ._typeurls import type_info
 from ._view import ResourceView
 
 __all__ = ["ClientHoldings", "blocked", "referenced"]

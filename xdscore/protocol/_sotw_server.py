@@ -2,14 +2,14 @@
 
 Theory of operation
 -------------------
-One :class:`SotwServerStream` exists per gRPC stream (ADS, or a per-type service when
+One :class:`SotwServer` exists per gRPC stream (ADS, or a per-type service when
 ``type_url`` is fixed). It never does I/O and never awaits: the driver hands it each decoded
-request with :meth:`~SotwServerStream.receive`, which returns the events the request
-caused, and asks it with :meth:`~SotwServerStream.poll` what to send given the current
+request with :meth:`~SotwServer.receive`, which returns the events the request
+caused, and asks it with :meth:`~SotwServer.poll` what to send given the current
 :class:`~xdscore.ResourceView`. Each type URL is an independent sub-stream with its own
 subscription, nonce pairing and versions.
 
-Per type the machine keeps an immutable :class:`TypeStatus`:
+Per type the machine keeps an immutable :class:`SotwTypeState`:
 
 * ``subscription``: replaced by each non-stale request (:class:`~xdscore.Subscription`).
 * ``held``: the version the client is known to hold: the one it ACKed, or, for LDS, CDS and
@@ -53,7 +53,9 @@ from types import MappingProxyType
 
 import attrs
 
-from ._checks import check_names, check_node, check_subscribed, check_type_count, resolve_type
+from ..wire._records import DiscoveryRequest, ErrorDetail
+from ..wire._resource import Resource
+from ..wire._typeurls import CLUSTER, ENDPOINT, TypeInfo, type_info
 from ._events import (
     Event,
     NodeIdentified,
@@ -62,16 +64,14 @@ from ._events import (
     StaleNonceSeen,
     SubscriptionChanged,
 )
-from ._limits import StreamLimits
+from ._identity import check_node, resolve_type
+from ._limits import StreamLimits, check_names, check_subscribed, check_type_count
 from ._machine import ServerMachine
 from ._ordering import blocked, referenced
-from ._records import DiscoveryRequest, ErrorDetail
-from ._resource import Resource, Selection
 from ._subscription import Subscription
-from ._typeurls import CLUSTER, ENDPOINT, TypeInfo, type_info
-from ._view import ResourceView
+from ._view import ResourceView, Selection
 
-__all__ = ["SotwResponse", "SotwServerStream", "TypeStatus"]
+__all__ = ["SotwResponse", "SotwServer", "SotwTypeState"]
 
 _NOTHING: Mapping[str, Resource] = MappingProxyType({})
 
@@ -87,7 +87,7 @@ class SotwResponse:
 
 
 @attrs.frozen(kw_only=True)
-class TypeStatus:
+class SotwTypeState:
     """What one stream knows about one type (see the module docstring)."""
 
     subscription: Subscription
@@ -105,7 +105,7 @@ class TypeStatus:
     nacks: int = 0
 
 
-class SotwServerStream(ServerMachine[TypeStatus, DiscoveryRequest, SotwResponse]):
+class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
     """The server side of one SotW stream. ``type_url`` fixes the type on per-type services."""
 
     def __init__(
@@ -158,7 +158,7 @@ class SotwServerStream(ServerMachine[TypeStatus, DiscoveryRequest, SotwResponse]
             subscription = Subscription.sotw(
                 None, request.resource_names, wildcard_capable=info.wildcard_capable
             )
-            status = TypeStatus(
+            status = SotwTypeState(
                 subscription=subscription,
                 requested=request.resource_names,
                 held=(request.version_info or None) if _resumable(info, subscription) else None,

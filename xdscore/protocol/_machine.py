@@ -5,24 +5,24 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Generic, Protocol, TypeVar
 
-from ._errors import ProtocolError
+from .._errors import ProtocolError
+from ..wire._records import Node
+from ..wire._typeurls import type_info
 from ._events import Event
 from ._limits import StreamLimits
-from ._records import Node
 from ._state import StreamState, ensure_open
 from ._subscription import Subscription
-from ._typeurls import type_info
 from ._view import ResourceView
 
 __all__ = ["ServerMachine"]
 
 
-class _TypeStatus(Protocol):
+class _TypeState(Protocol):
     @property
     def subscription(self) -> Subscription: ...
 
 
-_Status = TypeVar("_Status", bound=_TypeStatus)
+_Status = TypeVar("_Status", bound=_TypeState)
 _Request = TypeVar("_Request")
 _Response = TypeVar("_Response")
 

@@ -10,14 +10,14 @@ Per type the client keeps Envoy's three sets:
 * ``ambiguous``: names it unsubscribed while subscribed to the wildcard, held until the
   server says whether they are still in the wildcard (a resource) or gone (a removal).
 
-:meth:`~DeltaClientStream.subscribe` and :meth:`~DeltaClientStream.unsubscribe` return the
+:meth:`~DeltaClient.subscribe` and :meth:`~DeltaClient.unsubscribe` return the
 request to send; the first request of a wildcard-capable type with no names is legacy
-wildcard. :meth:`~DeltaClientStream.receive` applies a response and returns the ACK (nonce
+wildcard. :meth:`~DeltaClient.receive` applies a response and returns the ACK (nonce
 only) or NACK. A response is rejected as a whole when a name repeats or a name is both
 updated and removed; when the ``validate`` hook objects to some resources, the rest of the
 response (removals included) still applies and the response is NACKed, as Envoy does for
 clusters and listeners. A resource with no body whose version equals the
-held one is a heartbeat. :meth:`~DeltaClientStream.reconnect` returns the first requests of
+held one is a heartbeat. :meth:`~DeltaClient.reconnect` returns the first requests of
 a new stream: every requested name (and ``*`` when explicit) with
 ``initial_resource_versions`` listing every held resource, names still waiting omitted;
 types it no longer wants anything of are not requested again.
@@ -29,14 +29,14 @@ from collections.abc import Iterable, Mapping
 
 import attrs
 
-from ._errors import GrpcStatus, LocalProtocolError
-from ._records import DeltaDiscoveryRequest, DeltaDiscoveryResponse, ErrorDetail, Node
-from ._resource import Resource
+from .._errors import GrpcStatus, LocalProtocolError
+from ..wire._records import DeltaDiscoveryRequest, DeltaDiscoveryResponse, ErrorDetail, Node
+from ..wire._resource import Resource
+from ..wire._typeurls import type_info
 from ._sotw_client import Validator
 from ._subscription import WILDCARD
-from ._typeurls import type_info
 
-__all__ = ["DeltaClientStream", "DeltaClientTypeState"]
+__all__ = ["DeltaClient", "DeltaClientTypeState"]
 
 
 @attrs.frozen(kw_only=True)
@@ -61,7 +61,7 @@ class DeltaClientTypeState:
         return held
 
 
-class DeltaClientStream:
+class DeltaClient:
     """The client side of a Delta ADS stream, as Envoy drives one."""
 
     def __init__(

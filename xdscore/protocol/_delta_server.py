@@ -2,12 +2,12 @@
 
 Theory of operation
 -------------------
-Like :class:`~xdscore.SotwServerStream`, one :class:`DeltaServerStream` exists per gRPC
-stream; :meth:`~DeltaServerStream.receive` applies a decoded request and returns events,
-:meth:`~DeltaServerStream.poll` returns the responses due against a
+Like :class:`~xdscore.SotwServer`, one :class:`DeltaServer` exists per gRPC
+stream; :meth:`~DeltaServer.receive` applies a decoded request and returns events,
+:meth:`~DeltaServer.poll` returns the responses due against a
 :class:`~xdscore.ResourceView`. Each type URL is independent.
 
-Per type the machine keeps a :class:`DeltaTypeStatus`:
+Per type the machine keeps a :class:`DeltaTypeState`:
 
 * ``subscription``: changed by every request, **even one with a stale nonce**: in Delta the
   nonce only pairs ACK/NACK, it never makes a subscription change stale.
@@ -46,7 +46,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 
 import attrs
 
-from ._checks import check_names, check_node, check_subscribed, check_type_count, resolve_type
+from ..wire._records import DeltaDiscoveryRequest, ErrorDetail
+from ..wire._resource import Resource
+from ..wire._typeurls import CLUSTER, ENDPOINT, VIRTUAL_HOST
 from ._events import (
     Event,
     NodeIdentified,
@@ -55,16 +57,14 @@ from ._events import (
     StaleNonceSeen,
     SubscriptionChanged,
 )
-from ._limits import StreamLimits
+from ._identity import check_node, resolve_type
+from ._limits import StreamLimits, check_names, check_subscribed, check_type_count
 from ._machine import ServerMachine
 from ._ordering import blocked, referenced
-from ._records import DeltaDiscoveryRequest, ErrorDetail
-from ._resource import Resource
 from ._subscription import EVERYTHING, WILDCARD, Subscription
-from ._typeurls import CLUSTER, ENDPOINT, VIRTUAL_HOST
 from ._view import ResourceView
 
-__all__ = ["DeltaResponse", "DeltaServerStream", "DeltaTypeStatus"]
+__all__ = ["DeltaResponse", "DeltaServer", "DeltaTypeState"]
 
 _EMPTY: frozenset[str] = frozenset()
 _REMOVED = ""
@@ -85,7 +85,7 @@ class DeltaResponse:
 
 
 @attrs.frozen(kw_only=True)
-class DeltaTypeStatus:
+class DeltaTypeState:
     """What one Delta stream knows about one type (see the module docstring)."""
 
     subscription: Subscription
@@ -108,7 +108,7 @@ class DeltaTypeStatus:
     nacks: int = 0
 
 
-class DeltaServerStream(ServerMachine[DeltaTypeStatus, DeltaDiscoveryRequest, DeltaResponse]):
+class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResponse]):
     """The server side of one Delta stream. ``type_url`` fixes the type on per-type services."""
 
     def __init__(
@@ -174,7 +174,7 @@ class DeltaServerStream(ServerMachine[DeltaTypeStatus, DeltaDiscoveryRequest, De
                 owed = self._endpoints_owed
                 must_answer |= frozenset(n for n in owed if subscription.wants(n))
                 self._endpoints_owed = frozenset()
-            self._types[type_url] = DeltaTypeStatus(
+            self._types[type_url] = DeltaTypeState(
                 subscription=subscription,
                 client_has=held,
                 must_answer=must_answer,
@@ -231,11 +231,11 @@ class DeltaServerStream(ServerMachine[DeltaTypeStatus, DeltaDiscoveryRequest, De
 
     @staticmethod
     def _settle(
-        status: DeltaTypeStatus,
+        status: DeltaTypeState,
         outstanding: DeltaResponse,
         error: ErrorDetail | None,
         events: list[Event],
-    ) -> DeltaTypeStatus:
+    ) -> DeltaTypeState:
         """Apply the ACK or NACK of the outstanding response."""
         if error is not None:
             rejected = dict(status.rejected)
@@ -295,7 +295,7 @@ class DeltaServerStream(ServerMachine[DeltaTypeStatus, DeltaDiscoveryRequest, De
         )
 
     def _candidates(
-        self, status: DeltaTypeStatus, resources: Mapping[str, Resource]
+        self, status: DeltaTypeState, resources: Mapping[str, Resource]
     ) -> Iterator[str]:
         sources: list[Iterable[str]] = [
             status.must_answer,
@@ -394,7 +394,7 @@ class DeltaServerStream(ServerMachine[DeltaTypeStatus, DeltaDiscoveryRequest, De
     def _make_before_break(
         self,
         type_url: str,
-        status: DeltaTypeStatus,
+        status: DeltaTypeState,
         sending: list[Resource],
         removed: list[str],
         view: ResourceView,

@@ -1,0 +1,77 @@
+"""The xDS protocol as pure state machines, for those who drive them themselves.
+
+Four machines, one per side and protocol: :class:`SotwServer`, :class:`DeltaServer`,
+:class:`SotwClient`, :class:`DeltaClient`. None of them does I/O, awaits, reads a clock or
+draws a random number; time and nonces come from the caller. A server machine takes
+decoded requests (``receive``, which returns :data:`Event` values) and says what to send
+against a :class:`ResourceView` (``poll``); a client machine turns what it wants into
+requests and responses into ACKs and NACKs. The per-type rules are in one table
+(:mod:`xdscore.protocol._state`). Importing this package loads neither anyio nor grpclib.
+"""
+
+from .._errors import GrpcStatus, LocalProtocolError, ProtocolError, RemoteProtocolError
+from ..wire._records import (
+    DeltaDiscoveryRequest,
+    DeltaDiscoveryResponse,
+    DiscoveryRequest,
+    DiscoveryResponse,
+    ErrorDetail,
+    Locality,
+    Node,
+)
+from ..wire._resource import Resource
+from ._delta_client import DeltaClient, DeltaClientTypeState
+from ._delta_server import DeltaResponse, DeltaServer, DeltaTypeState
+from ._events import (
+    Event,
+    NodeIdentified,
+    ResponseAcked,
+    ResponseNacked,
+    StaleNonceSeen,
+    SubscriptionChanged,
+)
+from ._limits import StreamLimits
+from ._sotw_client import SotwClient, SotwClientTypeState, Validator
+from ._sotw_server import SotwResponse, SotwServer, SotwTypeState
+from ._state import StreamState
+from ._subscription import EVERYTHING, WILDCARD, Subscription
+from ._view import ResourceView, Selection
+
+__all__ = [
+    "EVERYTHING",
+    "WILDCARD",
+    "DeltaClient",
+    "DeltaClientTypeState",
+    "DeltaDiscoveryRequest",
+    "DeltaDiscoveryResponse",
+    "DeltaResponse",
+    "DeltaServer",
+    "DeltaTypeState",
+    "DiscoveryRequest",
+    "DiscoveryResponse",
+    "ErrorDetail",
+    "Event",
+    "GrpcStatus",
+    "Locality",
+    "LocalProtocolError",
+    "Node",
+    "NodeIdentified",
+    "ProtocolError",
+    "RemoteProtocolError",
+    "Resource",
+    "ResourceView",
+    "ResponseAcked",
+    "ResponseNacked",
+    "Selection",
+    "SotwClient",
+    "SotwClientTypeState",
+    "SotwResponse",
+    "SotwServer",
+    "SotwTypeState",
+    "StaleNonceSeen",
+    "StreamLimits",
+    "StreamState",
+    "Subscription",
+    "SubscriptionChanged",
+    "Validator",
+]

@@ -1,0 +1,99 @@
+"""What the state machines read a cache through: the view protocol and selections.
+
+A :class:`Selection` is the set of resources of one type that one subscription asks for,
+with a content version over (name, version) pairs and the encoded ``resources`` field of a
+SotW response, built once per distinct selection and shared by every stream that asks the
+same.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from collections.abc import Mapping
+from typing import Protocol
+
+import attrs
+
+from ..wire._framing import string_field
+from ..wire._resource import VERSION_BYTES, Resource
+from ..wire._typeurls import type_info
+from ._subscription import Subscription
+
+__all__ = ["ResourceView", "Selection"]
+
+
+@attrs.frozen(kw_only=True)
+class Selection:
+    """The resources of one type a subscription selects, keyed by name in name order."""
+
+    type_url: str
+    resources: Mapping[str, Resource] = attrs.field(
+        eq=False, repr=lambda r: f"<{len(r)} resources>"
+    )
+    version: str = attrs.field()
+    subscription: Subscription | None = attrs.field(default=None, eq=False, repr=False)
+    """The subscription this selection answers, when a view selected it for one."""
+
+    @version.default
+    def _hash_contents(self) -> str:
+        digest = hashlib.blake2b(self.type_url.encode(), digest_size=VERSION_BYTES)
+        for name, resource in self.resources.items():
+            digest.update(b"\x00" + name.encode() + b"\x01" + resource.version.encode())
+        return digest.hexdigest()
+
+    @classmethod
+    def of(
+        cls,
+        type_url: str,
+        resources: Mapping[str, Resource],
+        subscription: Subscription | None = None,
+    ) -> Selection:
+        """A selection of ``resources`` (any order) of type ``type_url``."""
+        ordered = {name: resources[name] for name in sorted(resources)}
+        return cls(type_url=type_url, resources=ordered, subscription=subscription)
+
+    def __len__(self) -> int:
+        return len(self.resources)
+
+    @functools.cached_property
+    def has_lower_references(self) -> bool:
+        """Whether any resource refers to a type sent before its own (see ``_ordering``)."""
+        for resource in self.resources.values():
+            rank = type_info(resource.type_url).rank
+            if any(type_info(ref.type_url).rank < rank for ref in resource.references):
+                return True
+        return False
+
+    @functools.cached_property
+    def sotw_body(self) -> bytes:
+        """The ``resources`` and ``type_url`` fields of a SotW response, shared by all streams."""
+        entries = b"".join(resource.sotw_entry for resource in self.resources.values())
+        return entries + string_field(4, self.type_url)
+
+
+class ResourceView(Protocol):
+    """What the state machines read from a cache: immutable for as long as it is held.
+
+    Both methods return ``None`` for a type the view is not authoritative for: the machines
+    then send nothing of that type (rather than an empty state that would delete what the
+    client has). ``select`` should return the same :class:`Selection` object for equal
+    arguments on the same view, so that every stream with the same subscription shares one
+    encoded body; ``resources`` should return the same mapping object while the type is
+    unchanged, which lets Delta streams skip unchanged types in O(1).
+    """
+
+    def select(self, type_url: str, subscription: Subscription) -> Selection | None:
+        """The resources of ``type_url`` that ``subscription`` asks for."""
+        ...
+
+    def resources(self, type_url: str) -> Mapping[str, Resource] | None:
+        """Every resource of ``type_url``, by name."""
+        ...
+
+    def changed_since(
+        self, type_url: str, previous: Mapping[str, Resource]
+    ) -> frozenset[str] | None:
+        """Names of ``type_url`` added, changed or removed since ``previous``, a mapping an
+        earlier view's ``resources`` returned; ``None`` when the view cannot tell."""
+        ...

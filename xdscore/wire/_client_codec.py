@@ -1,0 +1,110 @@
+"""The client side of the xDS envelope codec: encoding requests, decoding responses.
+
+Used by the client machines' driver, the load generator, the CLI and the tests; never by
+the server.
+"""
+
+from __future__ import annotations
+
+from envoy.service.discovery.v3 import discovery_pb2
+from google.protobuf.message import DecodeError
+
+from .._errors import RemoteProtocolError
+from ._node import encode_node
+from ._reader import WireError, name_field
+from ._records import (
+    DeltaDiscoveryRequest,
+    DeltaDiscoveryResponse,
+    DiscoveryRequest,
+    DiscoveryResponse,
+)
+from ._resource import Resource
+
+__all__ = [
+    "decode_delta_response",
+    "decode_response",
+    "encode_delta_request",
+    "encode_request",
+]
+
+
+def encode_request(request: DiscoveryRequest) -> bytes:
+    """Serialise a SotW request (the client side of the codec)."""
+    message = discovery_pb2.DiscoveryRequest(
+        type_url=request.type_url,
+        version_info=request.version_info,
+        resource_names=list(request.resource_names),
+        response_nonce=request.response_nonce,
+    )
+    node = encode_node(request.node)
+    if node is not None:
+        message.node.CopyFrom(node)
+    if request.error_detail is not None:
+        message.error_detail.code = request.error_detail.code
+        message.error_detail.message = request.error_detail.message
+    data: bytes = message.SerializeToString()
+    return data
+
+
+def encode_delta_request(request: DeltaDiscoveryRequest) -> bytes:
+    """Serialise a Delta request (the client side of the codec)."""
+    message = discovery_pb2.DeltaDiscoveryRequest(
+        type_url=request.type_url,
+        resource_names_subscribe=list(request.resource_names_subscribe),
+        resource_names_unsubscribe=list(request.resource_names_unsubscribe),
+        initial_resource_versions=dict(request.initial_resource_versions),
+        response_nonce=request.response_nonce,
+    )
+    node = encode_node(request.node)
+    if node is not None:
+        message.node.CopyFrom(node)
+    if request.error_detail is not None:
+        message.error_detail.code = request.error_detail.code
+        message.error_detail.message = request.error_detail.message
+    data: bytes = message.SerializeToString()
+    return data
+
+
+def decode_response(data: bytes) -> DiscoveryResponse:
+    """Decode a ``DiscoveryResponse`` (the client side); names are read from field 1."""
+    try:
+        message = discovery_pb2.DiscoveryResponse.FromString(data)
+        resources = tuple(
+            Resource(type_url=item.type_url, name=name_field(item.value), body=item.value)
+            for item in message.resources
+        )
+    except (DecodeError, WireError, UnicodeDecodeError) as exc:
+        raise RemoteProtocolError(f"malformed DiscoveryResponse: {exc}") from None
+    return DiscoveryResponse(
+        type_url=message.type_url,
+        version_info=message.version_info,
+        nonce=message.nonce,
+        resources=resources,
+        control_plane=message.control_plane.identifier,
+    )
+
+
+def decode_delta_response(data: bytes) -> DeltaDiscoveryResponse:
+    """Decode a ``DeltaDiscoveryResponse`` (the client side)."""
+    try:
+        message = discovery_pb2.DeltaDiscoveryResponse.FromString(data)
+    except DecodeError as exc:
+        raise RemoteProtocolError(f"malformed DeltaDiscoveryResponse: {exc}") from None
+    resources = tuple(
+        Resource(
+            type_url=item.resource.type_url or message.type_url,
+            name=item.name,
+            body=item.resource.value,
+            version=item.version,
+            aliases=tuple(item.aliases),
+        )
+        for item in message.resources
+    )
+    return DeltaDiscoveryResponse(
+        type_url=message.type_url,
+        system_version_info=message.system_version_info,
+        nonce=message.nonce,
+        resources=resources,
+        removed_resources=tuple(message.removed_resources),
+        control_plane=message.control_plane.identifier,
+    )

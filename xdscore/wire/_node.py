@@ -1,0 +1,108 @@
+"""The client's ``Node``: decoded once however many streams present it, and encoded.
+
+Decoding keeps the last 4,096 distinct nodes keyed by their bytes, so a fleet of proxies
+presenting the same node costs one decode.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+
+from envoy.config.core.v3 import base_pb2
+from google.protobuf import json_format, struct_pb2
+
+from ._records import Locality, Node
+
+__all__ = ["decode_node", "encode_node", "make_node"]
+
+_NODE_CACHE_SIZE = 4096
+_node_cache: OrderedDict[bytes, Node] = OrderedDict()
+
+
+def decode_node(message: base_pb2.Node) -> Node:
+    """The record for a decoded ``Node`` message (cached by its bytes)."""
+    raw = message.SerializeToString(deterministic=True)
+    node = _node_cache.get(raw)
+    if node is not None:
+        _node_cache.move_to_end(raw)
+        return node
+    locality = None
+    if message.HasField("locality"):
+        loc = message.locality
+        locality = Locality(region=loc.region, zone=loc.zone, sub_zone=loc.sub_zone)
+    node = Node(
+        id=message.id,
+        cluster=message.cluster,
+        user_agent_name=message.user_agent_name,
+        user_agent_version=message.user_agent_version,
+        client_features=tuple(message.client_features),
+        locality=locality,
+        metadata=_struct(message.metadata),
+        raw=raw,
+    )
+    _node_cache[raw] = node
+    if len(_node_cache) > _NODE_CACHE_SIZE:
+        _node_cache.popitem(last=False)
+    return node
+
+
+def _struct(struct: struct_pb2.Struct) -> dict[str, object]:
+    """A ``google.protobuf.Struct`` as a dict (NaN and infinities kept, unlike JSON)."""
+    return {key: _value(value) for key, value in struct.fields.items()}
+
+
+def _value(value: struct_pb2.Value) -> object:
+    kind = value.WhichOneof("kind")
+    if kind == "struct_value":
+        return _struct(value.struct_value)
+    if kind == "list_value":
+        return [_value(item) for item in value.list_value.values]
+    if kind is None or kind == "null_value":
+        return None
+    return getattr(value, kind)
+
+
+def encode_node(node: Node | None) -> base_pb2.Node | None:
+    """The ``Node`` message for ``node`` (its own bytes when it was decoded)."""
+    if node is None:
+        return None
+    if node.raw:
+        return base_pb2.Node.FromString(node.raw)
+    message = base_pb2.Node(
+        id=node.id,
+        cluster=node.cluster,
+        user_agent_name=node.user_agent_name,
+        user_agent_version=node.user_agent_version,
+        client_features=list(node.client_features),
+    )
+    if node.locality is not None:
+        message.locality.region = node.locality.region
+        message.locality.zone = node.locality.zone
+        message.locality.sub_zone = node.locality.sub_zone
+    if node.metadata:
+        json_format.ParseDict(dict(node.metadata), message.metadata)
+    return message
+
+
+def make_node(
+    *,
+    id: str,
+    cluster: str = "",
+    user_agent_name: str = "",
+    client_features: Iterable[str] = (),
+    locality: Locality | None = None,
+    metadata: Mapping[str, object] | None = None,
+) -> Node:
+    """A :class:`Node` whose ``raw`` encoding is filled in, as a decoded one would have."""
+    draft = Node(
+        id=id,
+        cluster=cluster,
+        user_agent_name=user_agent_name,
+        client_features=tuple(client_features),
+        locality=locality,
+        metadata=dict(metadata or {}),
+    )
+    message = encode_node(draft)
+    assert message is not None
+    return decode_node(message)
