@@ -24,6 +24,7 @@ test: venv lint typecheck
 
 lint: venv
 	$(PY) -m ruff check xdscore tests examples benchmarks
+	$(VENV)/bin/lint-imports
 	$(PY) -m ruff format --check xdscore tests examples benchmarks
 
 typecheck: venv

@@ -1,0 +1,50 @@
+"""The layout contract that import-linter cannot see: what importing a layer loads."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import xdscore
+
+PACKAGE = Path(xdscore.__file__).parent
+IO_LIBRARIES = ("anyio", "grpclib", "h2", "watchfiles", "yaml", "envoy_data_plane", "betterproto2")
+
+
+def _loaded_after(statement: str) -> set[str]:
+    probe = (
+        f"import sys, json; {statement}; "
+        "print(json.dumps(sorted({name.split('.')[0] for name in sys.modules})))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], check=True, capture_output=True, text=True
+    ).stdout
+    return set(json.loads(out))
+
+
+def test_importing_the_protocol_loads_no_io_library() -> None:
+    loaded = _loaded_after("import xdscore.protocol")
+    assert "xdscore" in loaded
+    assert loaded.isdisjoint(IO_LIBRARIES), sorted(loaded.intersection(IO_LIBRARIES))
+
+
+def test_importing_the_cache_loads_no_io_library() -> None:
+    loaded = _loaded_after("import xdscore.cache")
+    assert loaded.isdisjoint(IO_LIBRARIES), sorted(loaded.intersection(IO_LIBRARIES))
+
+
+def test_the_embedder_names_load_on_first_use() -> None:
+    assert _loaded_after("import xdscore").isdisjoint(IO_LIBRARIES)
+    assert "grpclib" in _loaded_after("from xdscore import GrpclibTransport")
+
+
+def test_every_public_name_of_the_package_resolves() -> None:
+    for name in xdscore.__all__:
+        assert getattr(xdscore, name) is not None, name
+
+
+def test_the_package_root_holds_at_most_eight_modules() -> None:
+    modules = sorted(path.name for path in PACKAGE.glob("*.py"))
+    assert len(modules) <= 8, modules
