@@ -140,12 +140,12 @@ async def main() -> None:
                     info = stream.info
                     node = info.node.id if info.node is not None else "?"
                     print(f"   stream {info.id} node={node} peer={info.peer} {info.protocol}")
-                    for type_url, state in stream.machine.status().items():
+                    for type_url, state in stream.machine.type_states().items():
                         error = state.last_error.message[:50] if state.last_error else None
                         print(
-                            f"     {short(type_url):22} held={state.held} "
-                            f"rejected={state.rejected} acks={state.acks} nacks={state.nacks} "
-                            f"last_error={error!r}"
+                            f"     {short(type_url):22} held={state.held_version} "
+                            f"rejected={state.rejected_version} acks={state.acks} "
+                            f"nacks={state.nacks} last_error={error!r}"
                         )
     print(f"done; the intruder was refused {audit.refused} time(s)")
 

@@ -114,9 +114,9 @@ async def main() -> None:
                 assert version == current.version(CLUSTER)
                 print(f"Envoy's cluster version {version} is the snapshot's content hash")
                 for stream in server.streams():
-                    for type_url, status in stream.machine.status().items():
+                    for type_url, status in stream.machine.type_states().items():
                         short = type_url.rsplit(".", 1)[-1]
-                        print(f"  stream {stream.info.id} {short}: held {status.held}")
+                        print(f"  stream {stream.info.id} {short}: held {status.held_version}")
     print("done")
 
 

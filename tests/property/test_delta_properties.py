@@ -203,7 +203,7 @@ class DeltaProperties(RuleBasedStateMachine):
                 return
             if data.draw(st.booleans(), label="old nonce"):
                 # Inv. 26: the nonce only pairs ACK/NACK; a change carrying another is applied.
-                state = self.pair.client.state(action.type_url)
+                state = self.pair.client.type_state(action.type_url)
                 nonce = state.nonce if state is not None and state.nonce else "never-sent"
                 event("delta: subscription change echoing an old nonce")
                 request = attrs.evolve(request, response_nonce=nonce)
@@ -215,7 +215,7 @@ class DeltaProperties(RuleBasedStateMachine):
         client = self.pair.client
         if isinstance(action, Subscribe):
             return client.subscribe(action.type_url, action.names)
-        if isinstance(action, Unsubscribe) and client.state(action.type_url) is not None:
+        if isinstance(action, Unsubscribe) and client.type_state(action.type_url) is not None:
             return client.unsubscribe(action.type_url, action.names)
         return None
 
@@ -380,8 +380,8 @@ class DeltaProperties(RuleBasedStateMachine):
             return frozenset()
         server = self.pair.server
         current = self.snapshot.resources(type_url) or {}
-        held_back = {n for n, r in current.items() if blocked(r, server, self.snapshot)}
-        refs = referenced(server, server.status())
+        held_back = {n for n, r in current.items() if blocked(r, server.holdings(), self.snapshot)}
+        refs = referenced(server.holdings().values())
         kept = {name for t, name in refs if t == type_url}
         return frozenset(held_back | kept)
 
@@ -638,7 +638,7 @@ class DeltaProperties(RuleBasedStateMachine):
         if self.ordered:
             # Envoy subscribes to the endpoints of every EDS cluster it holds; a client that
             # does not is held back by make-before-break on purpose (xdscore._ordering).
-            state = client.state(ENDPOINT)
+            state = client.type_state(ENDPOINT)
             if state is not None and not state.wildcard:
                 missing = eds_closure(self.config) - state.requested.keys()
                 if missing:
@@ -691,7 +691,7 @@ class DeltaProperties(RuleBasedStateMachine):
         step, inv. 30; a client that NACKed the answer may keep them ambiguous.)"""
         client = self.pair.client
         for type_url in client.type_urls():
-            state = client.state(type_url)
+            state = client.type_state(type_url)
             assert state is not None
             current = self.snapshot.resources(type_url) or {}
             expected = {

@@ -307,13 +307,15 @@ class SotwProperties(RuleBasedStateMachine):
         before = self.types[type_url]
         current = self.snapshot.resources(type_url) or {}
         server = self.pair.server
-        holding = server.status()[type_url].holding
+        holding = server.type_states()[type_url].held
         held = dict(holding.resources) if holding is not None else {}
         held_back: set[str] = set()
         kept: set[str] = set()
         if self.ordered:
-            held_back = {n for n, r in current.items() if blocked(r, server, self.snapshot)}
-            refs = referenced(server, server.status())
+            held_back = {
+                n for n, r in current.items() if blocked(r, server.holdings(), self.snapshot)
+            }
+            refs = referenced(server.holdings().values())
             kept = {n for n in held if (type_url, n) in refs}
         if type_url == ENDPOINT and self.endpoints_owed:
             before = attrs.evolve(before, owed=True)
@@ -534,17 +536,17 @@ class SotwProperties(RuleBasedStateMachine):
         self.config = self.config.unmarked()
         self.snapshot = self.config.snapshot()
         client = self.pair.client
-        if self.ordered and client.state(ENDPOINT) is not None:
+        if self.ordered and client.type_state(ENDPOINT) is not None:
             # Envoy subscribes to the endpoints of every EDS cluster it holds; a client that
             # does not is held back by make-before-break on purpose (xdscore._ordering).
-            state = client.state(ENDPOINT)
+            state = client.type_state(ENDPOINT)
             assert state is not None
             names = set(state.subscription.names) | eds_closure(self.config)
             if state.subscription.wildcard:
                 names.add("*")
             self.pair.send(client.watch(ENDPOINT, names))
         self._settle()
-        if any(client.state(t).last_error is not None for t in client.type_urls()):  # type: ignore[union-attr]
+        if any(client.type_state(t).last_error is not None for t in client.type_urls()):  # type: ignore[union-attr]
             # The server does not re-send what the client NACKed (inv. 12): a new stream does.
             self._disconnect()
             self._settle()
@@ -559,7 +561,7 @@ class SotwProperties(RuleBasedStateMachine):
         client = self.pair.client
         current = set()
         for type_url in client.type_urls():
-            state = client.state(type_url)
+            state = client.type_state(type_url)
             assert state is not None
             if state.subscription.empty:
                 continue  # sent as an empty list: legacy wildcard again on a new stream
@@ -594,7 +596,7 @@ class SotwProperties(RuleBasedStateMachine):
         types that are not full state it may keep watched names the snapshot deleted."""
         client = self.pair.client
         for type_url in client.type_urls():
-            state = client.state(type_url)
+            state = client.type_state(type_url)
             assert state is not None
             want = Want.of(state.subscription)
             current = self.snapshot.resources(type_url) or {}

@@ -244,7 +244,7 @@ def test_inv01_changed_node_is_rejected_and_machine_enters_error_state() -> None
         machine.receive(req(ENDPOINT, ["a"], node=SAME_ID_OTHER_NODE))
     assert caught.value.status == GrpcStatus.INVALID_ARGUMENT
     assert machine.state is StreamState.ERROR
-    assert ENDPOINT not in machine.status()
+    assert ENDPOINT not in machine.type_states()
     with pytest.raises(LocalProtocolError):
         machine.receive(req(CLUSTER))
     with pytest.raises(LocalProtocolError):
@@ -260,14 +260,14 @@ def test_inv02_type_url_required_on_ads() -> None:
         machine.receive(req("", ["a"], node=NODE))
     assert caught.value.status == GrpcStatus.INVALID_ARGUMENT
     assert machine.state is StreamState.ERROR
-    assert machine.status() == {}
+    assert machine.type_states() == {}
 
 
 def test_inv02_per_type_service_fixes_the_type() -> None:
     machine = stream(ENDPOINT)
     assert not machine.aggregated
     machine.receive(req("", ["a"], node=NODE))
-    assert set(machine.status()) == {ENDPOINT}
+    assert set(machine.type_states()) == {ENDPOINT}
     response = only(machine.poll(Snapshot([EP_A, CL_A])), ENDPOINT)
     assert sent(response) == ["a"]
     # Naming its own type explicitly is fine too.
@@ -291,7 +291,7 @@ def test_inv02_vhds_and_leds_accepted_on_delta(type_url: str) -> None:
     assert ads.state is StreamState.OPEN
     per_type = stream(type_url)
     start(per_type, "", ["x"])
-    assert set(per_type.status()) == {type_url}
+    assert set(per_type.type_states()) == {type_url}
     assert per_type.state is StreamState.OPEN
 
 
@@ -309,19 +309,19 @@ def test_inv03_each_type_is_an_independent_sub_stream() -> None:
     events: list[object] = list(machine.receive(req(ENDPOINT, nonce=cds.nonce)))
     assert of_type(events, ResponseAcked) == []
     assert of_type(events, StaleNonceSeen)
-    assert machine.status()[ENDPOINT].outstanding == eds
+    assert machine.type_states()[ENDPOINT].outstanding == eds
     # A cluster NACK leaves the endpoint ACK unaffected.
     events = nack(machine, cds)
     assert of_type(events, ResponseNacked)
     events = ack(machine, eds)
     assert of_type(events, ResponseAcked)
-    status = machine.status()
+    status = machine.type_states()
     assert status[CLUSTER].nacks == 1
     assert status[CLUSTER].acks == 0
     assert status[ENDPOINT].acks == 1
     assert status[ENDPOINT].nacks == 0
     assert status[ENDPOINT].last_error is None
-    assert dict(status[ENDPOINT].client_has) == {"a": version(EP_A)}
+    assert dict(status[ENDPOINT].held_versions) == {"a": version(EP_A)}
 
 
 # --- 4 / 24 / 34. response framing and order ---------------------------------------------
@@ -380,7 +380,7 @@ def test_inv10_ack_updates_what_the_client_holds() -> None:
             type_url=ENDPOINT, version_info=response.system_version_info, nonce=response.nonce
         )
     ]
-    assert dict(machine.status()[ENDPOINT].client_has) == {
+    assert dict(machine.type_states()[ENDPOINT].held_versions) == {
         "a": version(EP_A),
         "b": version(EP_B),
     }
@@ -400,8 +400,8 @@ def test_inv25_request_without_nonce_is_neither_ack_nor_nack() -> None:
     assert of_type(events, ResponseAcked) == []
     assert of_type(events, ResponseNacked) == []
     assert of_type(events, StaleNonceSeen) == []
-    assert machine.status()[ENDPOINT].outstanding == response
-    assert machine.status()[ENDPOINT].client_has == {}
+    assert machine.type_states()[ENDPOINT].outstanding == response
+    assert machine.type_states()[ENDPOINT].held_versions == {}
 
 
 # --- 11 / 12 / 13 / 14. NACK -------------------------------------------------------------
@@ -422,13 +422,13 @@ def test_inv11_nack_is_recognised_by_error_detail() -> None:
         )
     ]
     assert of_type(events, ResponseAcked) == []
-    status = machine.status()[ENDPOINT]
+    status = machine.type_states()[ENDPOINT]
     assert status.outstanding is None
     assert status.last_error == ERROR
     assert status.nacks == 1
     # The client may have applied it or not: its version is unknown, so a removal of "a"
     # would be sent if it went away.
-    assert status.client_has["a"] == ""
+    assert status.held_versions["a"] == ""
     assert only(machine.poll(Snapshot([], types=[ENDPOINT]))).removed == ("a",)
 
 
@@ -531,7 +531,7 @@ def test_inv14_after_nack_the_server_assumes_nothing_and_resends_on_change() -> 
     response = only(machine.poll(Snapshot([EP_A2, EP_B])))
     assert sent(response) == ["a"]
     ack(machine, response)
-    assert machine.status()[ENDPOINT].client_has["a"] == version(EP_A2)
+    assert machine.type_states()[ENDPOINT].held_versions["a"] == version(EP_A2)
 
 
 # --- 26. stale nonces ----------------------------------------------------------------------
@@ -550,9 +550,9 @@ def test_inv26_subscription_change_honoured_with_stale_nonce() -> None:
     ]
     assert of_type(events, ResponseAcked) == []
     assert of_type(events, SubscriptionChanged)
-    assert machine.status()[ENDPOINT].subscription.names == {"a", "b"}
+    assert machine.type_states()[ENDPOINT].subscription.names == {"a", "b"}
     # Not an ACK: `second` is still outstanding, so nothing more is sent yet.
-    assert machine.status()[ENDPOINT].outstanding == second
+    assert machine.type_states()[ENDPOINT].outstanding == second
     assert machine.poll(Snapshot([EP_A2, EP_B])) == []
     ack(machine, second)
     response = only(machine.poll(Snapshot([EP_A2, EP_B])))
@@ -580,11 +580,11 @@ def test_inv26_stale_nonce_is_not_taken_as_ack_or_nack() -> None:
     assert of_type(events, ResponseNacked) == []
     assert of_type(events, ResponseAcked) == []
     assert of_type(events, StaleNonceSeen)
-    status = machine.status()[ENDPOINT]
+    status = machine.type_states()[ENDPOINT]
     assert status.outstanding == second
     assert status.nacks == 0
-    assert status.rejected == {}
-    assert status.client_has == {"a": version(EP_A)}
+    assert status.rejected_versions == {}
+    assert status.held_versions == {"a": version(EP_A)}
 
 
 # --- 27. initial_resource_versions (reconnect) -------------------------------------------
@@ -596,7 +596,7 @@ def test_inv27_reconnect_with_current_versions_sends_nothing() -> None:
     start(old, CLUSTER)
     start(old, ENDPOINT, ["a", "b"])
     settle(old, snapshot)
-    held = {url: dict(status.client_has) for url, status in old.status().items()}
+    held = {url: dict(status.held_versions) for url, status in old.type_states().items()}
     assert held[CLUSTER] == {"a": version(CL_A), "b": version(CL_B)}
 
     new = stream()
@@ -648,7 +648,7 @@ def test_inv27_initial_versions_only_count_on_the_first_request_of_a_type() -> N
     machine = stream()
     start(machine, ENDPOINT, ["a"])
     machine.receive(req(ENDPOINT, ["b"], initial={"a": version(EP_A), "b": version(EP_B)}))
-    assert machine.status()[ENDPOINT].client_has == {}
+    assert machine.type_states()[ENDPOINT].held_versions == {}
     response = only(machine.poll(Snapshot([EP_A, EP_B])))
     assert sent(response) == ["a", "b"]
 
@@ -737,11 +737,11 @@ def test_inv29_superfluous_unsubscribe_is_accepted_silently() -> None:
     start(machine, ENDPOINT, ["a"])
     snapshot = Snapshot([EP_A])
     settle(machine, snapshot)
-    before = machine.status()[ENDPOINT]
+    before = machine.type_states()[ENDPOINT]
     events = change(machine, ENDPOINT, unsubscribe=["never-subscribed"])
     assert events == []
     assert machine.state is StreamState.OPEN
-    assert machine.status()[ENDPOINT].subscription == before.subscription
+    assert machine.type_states()[ENDPOINT].subscription == before.subscription
     assert machine.poll(snapshot) == []
     assert machine.poll(Snapshot([EP_A])) == []
 
@@ -754,7 +754,7 @@ def test_inv29_pure_unsubscribe_needs_no_response() -> None:
     events = change(machine, ENDPOINT, unsubscribe=["a"])
     assert of_type(events, SubscriptionChanged)
     assert machine.poll(snapshot) == []
-    assert "a" not in machine.status()[ENDPOINT].client_has
+    assert "a" not in machine.type_states()[ENDPOINT].held_versions
     # Later changes to a are not sent; changes to b are.
     assert machine.poll(Snapshot([EP_A2, EP_B])) == []
     response = only(machine.poll(Snapshot([EP_A3, EP_B2])))
@@ -844,7 +844,7 @@ def test_inv18_deleted_then_recreated_resource_is_sent_again() -> None:
 def test_inv32_legacy_wildcard_sends_everything(type_url: str, everything: list[object]) -> None:
     machine = stream()
     events = start(machine, type_url)
-    subscription = machine.status()[type_url].subscription
+    subscription = machine.type_states()[type_url].subscription
     assert subscription.wildcard
     assert subscription.legacy
     assert of_type(events, SubscriptionChanged)
@@ -856,7 +856,7 @@ def test_inv32_legacy_wildcard_sends_everything(type_url: str, everything: list[
 def test_inv32_first_request_with_only_an_unsubscribe_is_not_legacy_wildcard() -> None:
     machine = stream()
     machine.receive(req(CLUSTER, unsubscribe=["x"], node=NODE))
-    subscription = machine.status()[CLUSTER].subscription
+    subscription = machine.type_states()[CLUSTER].subscription
     assert not subscription.wildcard
     assert subscription.empty
     assert machine.poll(Snapshot([CL_A])) == []
@@ -865,7 +865,7 @@ def test_inv32_first_request_with_only_an_unsubscribe_is_not_legacy_wildcard() -
 def test_inv16_empty_first_request_for_a_non_wildcard_type_means_nothing() -> None:
     machine = stream()
     start(machine, ENDPOINT)
-    subscription = machine.status()[ENDPOINT].subscription
+    subscription = machine.type_states()[ENDPOINT].subscription
     assert subscription.empty
     assert machine.poll(Snapshot([EP_A, EP_B])) == []
 
@@ -901,7 +901,7 @@ def test_inv17_subscribing_a_name_ends_legacy_wildcard() -> None:
     snapshot = Snapshot([CL_A, CL_B])
     settle(machine, snapshot)
     change(machine, CLUSTER, ["a"])
-    assert not machine.status()[CLUSTER].subscription.wildcard
+    assert not machine.type_states()[CLUSTER].subscription.wildcard
     response = only(machine.poll(snapshot))
     assert sent(response) == ["a"]
     assert response.removed == ("b",)
@@ -915,7 +915,7 @@ def test_inv17_unsubscribing_wildcard_keeps_explicit_names_only() -> None:
     start(machine, CLUSTER, [WILDCARD, "a"])
     settle(machine, Snapshot([CL_A, CL_B]))
     change(machine, CLUSTER, unsubscribe=[WILDCARD])
-    subscription = machine.status()[CLUSTER].subscription
+    subscription = machine.type_states()[CLUSTER].subscription
     assert not subscription.wildcard
     assert subscription.names == {"a"}
     assert machine.poll(Snapshot([CL_A, CL_B2, CL_C])) == []
@@ -927,7 +927,7 @@ def test_inv17_clearing_every_name_after_legacy_wildcard_means_nothing() -> None
     start(machine, CLUSTER)
     change(machine, CLUSTER, ["a"])
     change(machine, CLUSTER, unsubscribe=["a"])
-    subscription = machine.status()[CLUSTER].subscription
+    subscription = machine.type_states()[CLUSTER].subscription
     assert subscription.empty
     assert machine.poll(Snapshot([CL_A, CL_B])) == []
 
@@ -1161,7 +1161,7 @@ def test_outstanding_response_on_one_type_does_not_block_another() -> None:
     ack(machine, eds)
     response = only(machine.poll(Snapshot([CL_A2, EP_A2])), ENDPOINT)
     assert sent(response) == ["a"]
-    assert machine.status()[CLUSTER].outstanding == cds
+    assert machine.type_states()[CLUSTER].outstanding == cds
 
 
 # --- 35. warming ---------------------------------------------------------------------------
@@ -1248,7 +1248,7 @@ def test_view_without_a_type_sends_nothing_and_removes_nothing_for_it() -> None:
     responses = machine.poll(clusters_only)
     # The cluster update owes a's endpoints, but the view has no say about endpoints.
     assert [(r.type_url, sent(r), r.removed) for r in responses] == [(CLUSTER, ["a"], ())]
-    assert machine.status()[ENDPOINT].client_has == {"a": version(EP_A)}
+    assert machine.type_states()[ENDPOINT].held_versions == {"a": version(EP_A)}
     assert machine.poll(None) == []
 
 
@@ -1266,7 +1266,7 @@ def test_poll_with_no_view_sends_nothing() -> None:
     machine = stream()
     start(machine, CLUSTER)
     assert machine.poll(None) == []
-    assert machine.status()[CLUSTER].outstanding is None
+    assert machine.type_states()[CLUSTER].outstanding is None
 
 
 # --- limits -----------------------------------------------------------------------------------

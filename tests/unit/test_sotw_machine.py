@@ -134,7 +134,7 @@ def nack(
 
 def echo_names(machine: SotwServer, type_url: str) -> tuple[str, ...]:
     """The resource_names a client repeats to keep its current subscription."""
-    subscription = machine.status()[type_url].subscription
+    subscription = machine.type_states()[type_url].subscription
     if subscription.legacy:
         return ()
     wildcard = ("*",) if subscription.wildcard else ()
@@ -256,12 +256,12 @@ def test_inv02_type_is_implicit_on_per_type_service() -> None:
         previous=None,
         subscription=Subscription(frozenset(), wildcard=True, legacy=True),
     ) in list(events)
-    assert set(machine.status()) == {CLUSTER}
+    assert set(machine.type_states()) == {CLUSTER}
     response = only(machine.poll(Snapshot([CL_A, EP_A])), CLUSTER)
     assert names(response) == ["a"]
     # Naming its own type explicitly is accepted too.
     machine.receive(req(CLUSTER, version=response.version_info, nonce=response.nonce))
-    assert machine.status()[CLUSTER].acks == 1
+    assert machine.type_states()[CLUSTER].acks == 1
 
 
 @pytest.mark.parametrize("type_url", [VIRTUAL_HOST, LBENDPOINT])
@@ -297,11 +297,11 @@ def test_inv03_each_type_is_an_independent_substream() -> None:
     assert events == [
         ResponseAcked(type_url=CLUSTER, version_info=cds.version_info, nonce=cds.nonce)
     ]
-    status = machine.status()
-    assert status[CLUSTER].held == cds.version_info
-    assert status[CLUSTER].rejected is None
+    status = machine.type_states()
+    assert status[CLUSTER].held_version == cds.version_info
+    assert status[CLUSTER].rejected_version is None
     assert status[CLUSTER].last_error is None
-    assert status[ENDPOINT].rejected == eds.version_info
+    assert status[ENDPOINT].rejected_version == eds.version_info
     assert status[ENDPOINT].last_error == ERROR
 
 
@@ -315,8 +315,8 @@ def test_inv03_nonce_of_another_type_is_neither_ack_nor_nack() -> None:
     assert of_type(list(events), StaleNonceSeen) == [
         StaleNonceSeen(type_url=ENDPOINT, nonce=cds.nonce, latest=eds.nonce)
     ]
-    assert machine.status()[CLUSTER].outstanding == cds
-    assert machine.status()[ENDPOINT].outstanding == eds
+    assert machine.type_states()[CLUSTER].outstanding == cds
+    assert machine.type_states()[ENDPOINT].outstanding == eds
 
 
 # --- 4. response type URL ----------------------------------------------------------------
@@ -376,10 +376,10 @@ def test_inv05_every_response_carries_a_nonce_unique_within_the_stream() -> None
         for response in responses:
             assert response.nonce
             seen.append(response.nonce)
-            assert machine.status()[response.type_url].latest_nonce == response.nonce
+            assert machine.type_states()[response.type_url].latest_nonce == response.nonce
             ack(machine, response, {ENDPOINT: ["a", "b"], ROUTE: ["r1"]}.get(response.type_url, ()))
     assert len(seen) == len(set(seen))
-    assert len({machine.status()[url].latest_nonce for url in machine.status()}) == 4
+    assert len({machine.type_states()[url].latest_nonce for url in machine.type_states()}) == 4
 
 
 def test_inv05_nonce_from_a_previous_stream_is_not_an_ack() -> None:
@@ -391,7 +391,7 @@ def test_inv05_nonce_from_a_previous_stream_is_not_an_ack() -> None:
     events = new.receive(req(CLUSTER, version="v-old", nonce=response.nonce, node=NODE))
     assert of_type(list(events), ResponseAcked) == []
     assert of_type(list(events), StaleNonceSeen) == []
-    assert new.status()[CLUSTER].acks == 0
+    assert new.type_states()[CLUSTER].acks == 0
     assert names(only(new.poll(Snapshot([CL_A])))) == ["a"]
 
 
@@ -405,11 +405,11 @@ def test_inv06_stale_nonce_is_ignored_and_reported() -> None:
     ack(machine, r1, ["a"])
     r2 = only(machine.poll(Snapshot([EP_A2, EP_B])))
     ack(machine, r2, ["a"])
-    before = machine.status()[ENDPOINT]
+    before = machine.type_states()[ENDPOINT]
     # A request echoing the older nonce, even one that would change the subscription.
     events = machine.receive(req(ENDPOINT, ["a", "b"], version=r1.version_info, nonce=r1.nonce))
     assert list(events) == [StaleNonceSeen(type_url=ENDPOINT, nonce=r1.nonce, latest=r2.nonce)]
-    assert machine.status()[ENDPOINT] == before
+    assert machine.type_states()[ENDPOINT] == before
     assert machine.poll(Snapshot([EP_A2, EP_B])) == []
 
 
@@ -422,8 +422,8 @@ def test_inv06_stale_nack_is_not_taken_as_nack() -> None:
     events = machine.receive(req(ENDPOINT, ["a"], nonce=r1.nonce, error=ERROR))
     assert of_type(list(events), ResponseNacked) == []
     assert of_type(list(events), StaleNonceSeen)
-    status = machine.status()[ENDPOINT]
-    assert status.rejected is None
+    status = machine.type_states()[ENDPOINT]
+    assert status.rejected_version is None
     assert status.nacks == 0
     assert status.outstanding == r2
 
@@ -432,7 +432,7 @@ def test_inv06_at_most_one_unacked_response_per_type() -> None:
     machine = ads()
     first(machine, CLUSTER)
     r1 = only(machine.poll(Snapshot([CL_A])))
-    assert machine.status()[CLUSTER].outstanding == r1
+    assert machine.type_states()[CLUSTER].outstanding == r1
     # The cache changes while r1 is outstanding: nothing more is sent.
     assert machine.poll(Snapshot([CL_A, CL_B])) == []
     assert machine.poll(Snapshot([CL_A, CL_B])) == []
@@ -463,7 +463,7 @@ def test_inv06_poll_without_a_view_sends_nothing_and_consumes_nothing() -> None:
     first(machine, CLUSTER)
     first(machine, ENDPOINT, ["a"])
     assert machine.poll(None) == []
-    assert all(status.outstanding is None for status in machine.status().values())
+    assert all(status.outstanding is None for status in machine.type_states().values())
     assert len(machine.poll(Snapshot([CL_A, EP_A]))) == 2
 
 
@@ -474,12 +474,12 @@ def test_inv07_ack_records_the_version_the_client_holds() -> None:
     machine = ads()
     first(machine, CLUSTER)
     response = only(machine.poll(Snapshot([CL_A])))
-    status = machine.status()[CLUSTER]
-    assert status.held is None
+    status = machine.type_states()[CLUSTER]
+    assert status.held_version is None
     assert status.outstanding == response
     ack(machine, response)
-    status = machine.status()[CLUSTER]
-    assert status.held == response.version_info
+    status = machine.type_states()[CLUSTER]
+    assert status.held_version == response.version_info
     assert status.outstanding is None
     assert status.acks == 1
 
@@ -488,7 +488,7 @@ def test_inv07_reconnect_with_current_version_is_sent_nothing() -> None:
     view = Snapshot([CL_A, CL_B, EP_A])
     machine = ads()
     first(machine, CLUSTER, version=view.version(CLUSTER))
-    assert machine.status()[CLUSTER].held == view.version(CLUSTER)
+    assert machine.type_states()[CLUSTER].held_version == view.version(CLUSTER)
     assert machine.poll(view) == []
     # The next real change is sent.
     response = only(machine.poll(Snapshot([CL_A, EP_A])))
@@ -575,12 +575,12 @@ def test_inv11_nack_reports_rejected_version_and_error_and_keeps_it_in_status() 
             error=ERROR,
         )
     ]
-    status = machine.status()[CLUSTER]
-    assert status.rejected == bad.version_info
+    status = machine.type_states()[CLUSTER]
+    assert status.rejected_version == bad.version_info
     assert status.last_error == ERROR
     assert status.nacks == 1
     assert status.outstanding is None
-    assert status.held is None
+    assert status.held_version is None
 
 
 # --- 12. rejected content is not resent ---------------------------------------------------
@@ -694,7 +694,7 @@ def test_inv15_subscription_change_while_a_response_is_outstanding_is_kept() -> 
     # The client has not seen r1 yet (no nonce) and asks for more.
     events = machine.receive(req(ENDPOINT, ["a", "b"]))
     assert of_type(list(events), SubscriptionChanged)
-    assert machine.status()[ENDPOINT].outstanding == r1
+    assert machine.type_states()[ENDPOINT].outstanding == r1
     assert machine.poll(view) == []
     ack(machine, r1, ["a", "b"])
     assert names(only(machine.poll(view))) == ["a", "b"]
@@ -704,7 +704,7 @@ def test_inv15_subscription_change_while_a_response_is_outstanding_is_kept() -> 
 def test_inv16_empty_first_request_means_nothing_for_non_wildcard_types(type_url: str) -> None:
     machine = ads()
     first(machine, type_url)
-    subscription = machine.status()[type_url].subscription
+    subscription = machine.type_states()[type_url].subscription
     assert subscription.empty
     assert not subscription.wildcard
     view = Snapshot([EP_A, EP_B, RC_1], types=[SECRET])
@@ -719,7 +719,7 @@ def test_inv16_emptying_the_list_unsubscribes_everything_for_eds() -> None:
     view = Snapshot([EP_A, EP_B])
     response = only(machine.poll(view))
     ack(machine, response, [])
-    assert machine.status()[ENDPOINT].subscription.empty
+    assert machine.type_states()[ENDPOINT].subscription.empty
     responses = machine.poll(view)
     assert len(responses) <= 1
     assert all(not response.selection.resources for response in responses)
@@ -729,7 +729,7 @@ def test_inv16_emptying_the_list_unsubscribes_everything_for_eds() -> None:
 def test_inv17_legacy_wildcard_empty_first_request_gets_everything(type_url: str) -> None:
     machine = ads()
     first(machine, type_url)
-    subscription = machine.status()[type_url].subscription
+    subscription = machine.type_states()[type_url].subscription
     assert subscription.wildcard
     assert subscription.legacy
     response = only(machine.poll(Snapshot([CL_A, CL_B, LS_1, LS_2])))
@@ -741,7 +741,7 @@ def test_inv17_legacy_wildcard_survives_further_empty_requests() -> None:
     first(machine, CLUSTER)
     r1 = only(machine.poll(Snapshot([CL_A])))
     ack(machine, r1)
-    assert machine.status()[CLUSTER].subscription.legacy
+    assert machine.type_states()[CLUSTER].subscription.legacy
     r2 = only(machine.poll(Snapshot([CL_A, CL_B])))
     assert names(r2) == ["a", "b"]
 
@@ -749,7 +749,7 @@ def test_inv17_legacy_wildcard_survives_further_empty_requests() -> None:
 def test_inv17_explicit_wildcard_gets_everything() -> None:
     machine = ads()
     first(machine, CLUSTER, ["*"])
-    subscription = machine.status()[CLUSTER].subscription
+    subscription = machine.type_states()[CLUSTER].subscription
     assert subscription.wildcard
     assert not subscription.legacy
     assert names(only(machine.poll(Snapshot([CL_A, CL_B])))) == ["a", "b"]
@@ -764,7 +764,7 @@ def test_inv17_explicit_wildcard_on_a_non_wildcard_type() -> None:
 def test_inv17_wildcard_plus_names_is_the_union() -> None:
     machine = ads()
     first(machine, CLUSTER, ["*", "x"])
-    subscription = machine.status()[CLUSTER].subscription
+    subscription = machine.type_states()[CLUSTER].subscription
     assert subscription.wildcard
     assert subscription.names == frozenset({"x"})
     r1 = only(machine.poll(Snapshot([CL_A, CL_B])))
@@ -785,7 +785,7 @@ def test_inv17_legacy_wildcard_ends_once_names_were_sent() -> None:
     assert names(r2) == ["a"]
     # Clearing the list now means "nothing", not legacy wildcard again.
     events = ack(machine, r2, [])
-    subscription = machine.status()[CLUSTER].subscription
+    subscription = machine.type_states()[CLUSTER].subscription
     assert subscription.empty
     assert not subscription.legacy
     assert of_type(events, SubscriptionChanged)[0].subscription == subscription
@@ -799,7 +799,7 @@ def test_inv17_explicit_wildcard_then_empty_list_means_nothing() -> None:
     view = Snapshot([LS_1, LS_2])
     r1 = only(machine.poll(view))
     ack(machine, r1, [])
-    assert machine.status()[LISTENER].subscription.empty
+    assert machine.type_states()[LISTENER].subscription.empty
     assert names(only(machine.poll(view))) == []
 
 
@@ -848,12 +848,12 @@ def test_inv20_re_request_with_latest_nonce_after_ack_is_answered() -> None:
     # even though nothing changed.
     events = machine.receive(req(ROUTE, ["r1"], version=r1.version_info, nonce=r1.nonce))
     assert of_type(list(events), ResponseAcked) == []
-    assert machine.status()[ROUTE].owed
+    assert machine.type_states()[ROUTE].owed
     r2 = only(machine.poll(view))
     assert r2.version_info == r1.version_info
     assert names(r2) == ["r1"]
     assert r2.nonce != r1.nonce
-    assert not machine.status()[ROUTE].owed
+    assert not machine.type_states()[ROUTE].owed
 
 
 # --- 21. full state for LDS/CDS ----------------------------------------------------------
@@ -898,8 +898,8 @@ def test_inv21_type_the_view_is_not_authoritative_for_gets_no_response() -> None
     # The view holds clusters only: an empty LDS response would delete every listener.
     responses = machine.poll(Snapshot([CL_A]))
     assert [response.type_url for response in responses] == [CLUSTER]
-    assert machine.status()[LISTENER].outstanding is None
-    assert machine.status()[LISTENER].latest_nonce == ""
+    assert machine.type_states()[LISTENER].outstanding is None
+    assert machine.type_states()[LISTENER].latest_nonce == ""
     # Once the view declares listeners (even none), they are served.
     response = only(machine.poll(Snapshot([CL_A], types=[LISTENER])), LISTENER)
     assert names(response) == []

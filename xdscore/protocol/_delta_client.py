@@ -50,8 +50,8 @@ class DeltaClientTypeState:
     ambiguous: Mapping[str, Resource] = attrs.field(factory=dict)
     nonce: str = ""
     last_error: ErrorDetail | None = None
-    accepted: int = 0
-    rejected: int = 0
+    acks: int = 0
+    nacks: int = 0
 
     def holds(self) -> dict[str, Resource]:
         """Every resource held, by name."""
@@ -77,7 +77,7 @@ class DeltaClient:
         self._node_sent = False
         self._types: dict[str, DeltaClientTypeState] = {}
 
-    def state(self, type_url: str) -> DeltaClientTypeState | None:
+    def type_state(self, type_url: str) -> DeltaClientTypeState | None:
         """The client's state for ``type_url``, if it ever subscribed to it."""
         return self._types.get(type_url)
 
@@ -157,7 +157,7 @@ class DeltaClient:
         if error is not None:
             detail = ErrorDetail(code=GrpcStatus.INTERNAL, message=error)
             self._types[type_url] = attrs.evolve(
-                state, nonce=response.nonce, last_error=detail, rejected=state.rejected + 1
+                state, nonce=response.nonce, last_error=detail, nacks=state.nacks + 1
             )
             return self._request(type_url, nonce=response.nonce, error=detail)
         invalid = self._invalid(response)
@@ -190,11 +190,9 @@ class DeltaClient:
         )
         if invalid:
             detail = ErrorDetail(code=GrpcStatus.INTERNAL, message="; ".join(invalid.values()))
-            self._types[type_url] = attrs.evolve(
-                state, last_error=detail, rejected=state.rejected + 1
-            )
+            self._types[type_url] = attrs.evolve(state, last_error=detail, nacks=state.nacks + 1)
             return self._request(type_url, nonce=response.nonce, error=detail)
-        self._types[type_url] = attrs.evolve(state, last_error=None, accepted=state.accepted + 1)
+        self._types[type_url] = attrs.evolve(state, last_error=None, acks=state.acks + 1)
         return self._request(type_url, nonce=response.nonce)
 
     def _invalid(self, response: DeltaDiscoveryResponse) -> dict[str, str]:

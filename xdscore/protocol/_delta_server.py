@@ -2,42 +2,44 @@
 
 Theory of operation
 -------------------
-Like :class:`~xdscore.SotwServer`, one :class:`DeltaServer` exists per gRPC
+Like :class:`~xdscore.protocol.SotwServer`, one :class:`DeltaServer` exists per gRPC
 stream; :meth:`~DeltaServer.receive` applies a decoded request and returns events,
 :meth:`~DeltaServer.poll` returns the responses due against a
-:class:`~xdscore.ResourceView`. Each type URL is independent.
+:class:`~xdscore.cache.ResourceView`. Each type URL is independent, and its phase moves by
+the table of :mod:`xdscore.protocol._state`.
 
 Per type the machine keeps a :class:`DeltaTypeState`:
 
 * ``subscription``: changed by every request, **even one with a stale nonce**: in Delta the
   nonce only pairs ACK/NACK, it never makes a subscription change stale.
-* ``client_has``: name → version the client is known to hold. Seeded from
+* ``held_versions``: name → version the client is known to hold. Seeded from
   ``initial_resource_versions`` on the first request of the type on the stream (so after a
   reconnect only the difference is sent, and held names that no longer exist are removed),
   then updated by ACKs. Explicitly unsubscribed names leave it without a response.
-* ``must_answer``: names owed an answer whatever the server believes the client holds:
-  every name in ``resource_names_subscribe``, and, while the client is subscribed to the
-  wildcard, every name it explicitly unsubscribes (answered with the resource if still in
-  the wildcard, or a removal). Names a reconnecting client lists with a version are not
-  owed: their version says what the client holds.
-* ``rejected``: name → version NACKed; such a version is not sent again unless the client
-  asks for the name again; the next different version is sent. This holds for every
+* ``held``: the acknowledged resources whose content is known, which ordering reads.
+* ``owed``: names owed an answer whatever the server believes the client holds: every name
+  in ``resource_names_subscribe``, and, while the client is subscribed to the wildcard,
+  every name it explicitly unsubscribes (answered with the resource if still in the
+  wildcard, or a removal). Names a reconnecting client lists with a version are not owed:
+  their version says what the client holds.
+* ``rejected_versions``: name → version NACKed; such a version is not sent again unless the
+  client asks for the name again; the next different version is sent. This holds for every
   resource of a rejected response, good or bad: clients apply the valid resources of a
   rejected update (Envoy's clusters and listeners, gRPC per its xDS NACK semantics), so
   re-sending them would only repeat the rejection.
-* ``outstanding``: the response awaiting ACK/NACK; at most one per type.
+* ``outstanding``: the response in flight (phase SENT); at most one per type.
 
 A response carries, for each name the subscription wants, the resource when the client
 does not hold its version (or the name is owed), and in ``removed_resources`` every name the
 client holds (or is owed) that does not exist or is no longer wanted. No name appears twice
 and never in both lists. ``system_version_info`` is the type's content version, for debugging.
 
-On ADS, sending clusters makes their endpoints owed, because a cluster warms until its
+On ADS, sending a type that others warm on (``warms_on`` in the type registry: clusters on
+their endpoints) makes the names it refers to owed, because a cluster warms until its
 endpoints arrive, and a reconnecting or updated cluster may not ask for them again. Also on
-ADS, what is due goes through make-before-break ordering (:mod:`xdscore._ordering`): a
-changed resource that refers to something the client does not hold yet waits, and so does
-the removal of a resource that something the client holds still refers to. ``holding``
-keeps the acknowledged resources whose content is known, which the ordering reads.
+ADS, what is due goes through make-before-break ordering (:mod:`xdscore.protocol._ordering`):
+a changed resource that refers to something the client does not hold yet waits, and so does
+the removal of a resource that something the client holds still refers to.
 """
 
 from __future__ import annotations
@@ -48,29 +50,23 @@ import attrs
 
 from ..wire._records import DeltaDiscoveryRequest, ErrorDetail
 from ..wire._resource import Resource
-from ..wire._typeurls import CLUSTER, ENDPOINT, VIRTUAL_HOST
-from ._events import (
-    Event,
-    NodeIdentified,
-    ResponseAcked,
-    ResponseNacked,
-    StaleNonceSeen,
-    SubscriptionChanged,
-)
-from ._identity import check_node, resolve_type
+from ..wire._typeurls import TypeInfo, type_info
+from ._events import Event, ResponseAcked, ResponseNacked, StaleNonceSeen, SubscriptionChanged
+from ._identity import resolve_type
 from ._limits import StreamLimits, check_names, check_subscribed, check_type_count
 from ._machine import ServerMachine
-from ._ordering import blocked, referenced
-from ._subscription import EVERYTHING, WILDCARD, Subscription
+from ._ordering import Holding, Plan, plan, warming
+from ._state import Effect, Input, Phase, classify, step
+from ._subscription import EVERYTHING, NOTHING, WILDCARD, Subscription
 from ._view import ResourceView
 
 __all__ = ["DeltaResponse", "DeltaServer", "DeltaTypeState"]
 
 _EMPTY: frozenset[str] = frozenset()
 _REMOVED = ""
-"""The version recorded in ``rejected`` for a removal the client NACKed."""
+"""The version recorded in ``rejected_versions`` for a removal the client NACKed."""
 _UNKNOWN = ""
-"""The version recorded in ``client_has`` for a resource the client may or may not hold."""
+"""The version recorded in ``held_versions`` for a resource the client may or may not hold."""
 
 
 @attrs.frozen(kw_only=True)
@@ -89,9 +85,11 @@ class DeltaTypeState:
     """What one Delta stream knows about one type (see the module docstring)."""
 
     subscription: Subscription
-    client_has: Mapping[str, str] = attrs.field(factory=dict)
-    must_answer: frozenset[str] = _EMPTY
-    rejected: Mapping[str, str] = attrs.field(factory=dict)
+    phase: Phase = Phase.REQUESTED
+    held_versions: Mapping[str, str] = attrs.field(factory=dict)
+    held: Mapping[str, Resource] = attrs.field(factory=dict)
+    owed: frozenset[str] = _EMPTY
+    rejected_versions: Mapping[str, str] = attrs.field(factory=dict)
     last_error: ErrorDetail | None = None
     latest_nonce: str = ""
     answered: bool = False
@@ -99,8 +97,6 @@ class DeltaTypeState:
     presented on reconnect. Until then even an empty response is due, so that a client
     subscribed to a type with no resources does not wait out its initial fetch timeout."""
     outstanding: DeltaResponse | None = None
-    holding: Mapping[str, Resource] = attrs.field(factory=dict)
-    """The resources the client holds whose content is known, for ordering."""
     synced: Mapping[str, Resource] | None = None
     """The resource mapping this state was last reconciled with: unchanged, nothing to do;
     changed, only the names the view says changed since then need a look."""
@@ -109,7 +105,10 @@ class DeltaTypeState:
 
 
 class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResponse]):
-    """The server side of one Delta stream. ``type_url`` fixes the type on per-type services."""
+    """The server side of one Delta stream. ``type_url`` fixes the type on per-type services.
+
+    ``nonce_source`` returns a nonce unique on the stream each time it is called.
+    """
 
     def __init__(
         self,
@@ -122,243 +121,204 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
         super().__init__(
             nonce_source=nonce_source, type_url=type_url, limits=limits, ordered=ordered
         )
-        self._endpoints_owed: frozenset[str] = frozenset()
+        self._warming: dict[str, frozenset[str]] = {}
+        """Names owed to a type the client has not asked for yet, because a type that
+        warms on it was sent (clusters before their endpoints' subscription arrives)."""
         self._aliases: tuple[Mapping[str, Resource], dict[str, Resource]] | None = None
 
-    def holds(self, type_url: str) -> Mapping[str, Resource]:
-        """What the client acknowledged of ``type_url`` and no response in flight removes."""
-        status = self._types.get(type_url)
-        if status is None:
-            return {}
-        if status.outstanding is None or not status.outstanding.removed:
-            return status.holding
-        gone = set(status.outstanding.removed)
-        return {name: r for name, r in status.holding.items() if name not in gone}
-
-    def may_hold(self, type_url: str) -> list[Resource]:
-        """Every version of ``type_url`` resources the client acknowledged or is being sent."""
-        status = self._types.get(type_url)
-        if status is None:
-            return []
-        held = list(status.holding.values())
-        if status.outstanding is not None:
-            held.extend(status.outstanding.resources)
-        return held
+    def _holding(self, state: DeltaTypeState) -> Holding:
+        outstanding = state.outstanding
+        if outstanding is None:
+            return Holding(state.subscription, state.held)
+        return Holding(
+            state.subscription,
+            state.held,
+            arriving=outstanding.resources,
+            removing=frozenset(outstanding.removed) if outstanding.removed else _EMPTY,
+        )
 
     def _receive(self, request: DeltaDiscoveryRequest) -> list[Event]:
-        events: list[Event] = []
-        first = self.node is None
-        self.node = check_node(self.node, request.node)
-        if first:
-            events.append(NodeIdentified(node=self.node))
+        events = self._identify(request.node)
         info = resolve_type(self._fixed_type, request.type_url, delta=True)
-        subscribe = request.resource_names_subscribe
-        unsubscribe = request.resource_names_unsubscribe
-        check_names(subscribe, self._limits, "resource_names_subscribe")
-        check_names(unsubscribe, self._limits, "resource_names_unsubscribe")
+        check_names(request.resource_names_subscribe, self._limits, "resource_names_subscribe")
+        check_names(request.resource_names_unsubscribe, self._limits, "resource_names_unsubscribe")
         type_url = info.type_url
-        status = self._types.get(type_url)
-
-        if status is None:
+        state = self._types.get(type_url)
+        if state is None:
             check_type_count(len(self._types), self._limits)
             check_names(
                 list(request.initial_resource_versions), self._limits, "initial_resource_versions"
             )
-            subscription = Subscription.delta_initial(
-                subscribe, unsubscribe, wildcard_capable=info.wildcard_capable
-            )
-            check_subscribed(len(subscription.names), self._limits)
-            held = dict(request.initial_resource_versions)
-            must_answer = frozenset(subscribe) - {WILDCARD} - held.keys()
-            if type_url == ENDPOINT and self._endpoints_owed:
-                owed = self._endpoints_owed
-                must_answer |= frozenset(n for n in owed if subscription.wants(n))
-                self._endpoints_owed = frozenset()
-            self._types[type_url] = DeltaTypeState(
-                subscription=subscription,
-                client_has=held,
-                must_answer=must_answer,
-                answered=bool(request.initial_resource_versions),
-            )
-            events.append(
-                SubscriptionChanged(type_url=type_url, previous=None, subscription=subscription)
-            )
-            return events
-
-        nonce = request.response_nonce
-        outstanding = status.outstanding
-        if nonce:
-            if outstanding is not None and nonce == outstanding.nonce:
-                status = self._settle(status, outstanding, request.error_detail, events)
-            else:
+            state = DeltaTypeState(subscription=NOTHING, phase=Phase.IDLE)
+        outstanding = state.outstanding
+        given = classify(
+            state.phase,
+            request.response_nonce,
+            error=request.error_detail is not None,
+            latest_nonce=state.latest_nonce,
+            outstanding_nonce=outstanding.nonce if outstanding is not None else None,
+        )
+        move = step("delta", type_url, state.phase, given)
+        for effect in move.effects:
+            if effect is Effect.REPORT_STALE:
                 events.append(
-                    StaleNonceSeen(type_url=type_url, nonce=nonce, latest=status.latest_nonce)
+                    StaleNonceSeen(
+                        type_url=type_url, nonce=request.response_nonce, latest=state.latest_nonce
+                    )
                 )
+            elif effect is Effect.ACCEPT:
+                assert outstanding is not None
+                state = _accept(state, outstanding, events)
+            elif effect is Effect.REJECT:
+                assert outstanding is not None
+                assert request.error_detail is not None
+                state = _reject(state, outstanding, request.error_detail, events)
+            elif effect is Effect.SUBSCRIBE:
+                state = self._subscribe(info, state, request, events)
+            else:
+                raise AssertionError(f"Delta has no {effect.name} effect")
+        self._types[type_url] = attrs.evolve(state, phase=move.next)
+        return events
 
-        previous = status.subscription
+    def _subscribe(
+        self,
+        info: TypeInfo,
+        state: DeltaTypeState,
+        request: DeltaDiscoveryRequest,
+        events: list[Event],
+    ) -> DeltaTypeState:
+        subscribe = request.resource_names_subscribe
+        unsubscribe = request.resource_names_unsubscribe
+        if state.phase is Phase.IDLE:
+            return self._subscribe_first(info, request, events)
+        previous = state.subscription
         subscription = previous.delta_update(subscribe, unsubscribe)
         check_subscribed(len(subscription.names), self._limits)
-        must_answer = status.must_answer | (frozenset(subscribe) - {WILDCARD})
-        client_has = status.client_has
+        owed = state.owed | (frozenset(subscribe) - {WILDCARD})
+        held_versions = state.held_versions
         if unsubscribe:
             dropped = frozenset(unsubscribe) - {WILDCARD}
             if subscription.wildcard:
-                must_answer |= dropped
+                owed |= dropped
             else:
-                must_answer -= dropped - frozenset(subscribe)
-                client_has = {n: v for n, v in client_has.items() if n not in dropped}
+                owed -= dropped - frozenset(subscribe)
+                held_versions = {n: v for n, v in held_versions.items() if n not in dropped}
             if WILDCARD in unsubscribe and not subscription.wildcard:
-                client_has = {n: v for n, v in client_has.items() if n in subscription.names}
-        holding, rejected = status.holding, status.rejected
-        if client_has is not status.client_has:
-            holding = {n: r for n, r in holding.items() if n in client_has}
+                held_versions = {n: v for n, v in held_versions.items() if n in subscription.names}
+        held, rejected = state.held, state.rejected_versions
+        if held_versions is not state.held_versions:
+            held = {n: r for n, r in held.items() if n in held_versions}
             rejected = {n: v for n, v in rejected.items() if subscription.wants(n)}
-        status = attrs.evolve(
-            status,
+        state = attrs.evolve(
+            state,
             subscription=subscription,
-            must_answer=must_answer,
-            client_has=client_has,
-            holding=holding,
-            rejected=rejected,
+            owed=owed,
+            held_versions=held_versions,
+            held=held,
+            rejected_versions=rejected,
         )
         if subscription != previous:
-            status = attrs.evolve(status, synced=None)
+            state = attrs.evolve(state, synced=None)
             events.append(
-                SubscriptionChanged(type_url=type_url, previous=previous, subscription=subscription)
-            )
-        self._types[type_url] = status
-        return events
-
-    @staticmethod
-    def _settle(
-        status: DeltaTypeState,
-        outstanding: DeltaResponse,
-        error: ErrorDetail | None,
-        events: list[Event],
-    ) -> DeltaTypeState:
-        """Apply the ACK or NACK of the outstanding response."""
-        if error is not None:
-            rejected = dict(status.rejected)
-            rejected.update({r.name: r.version for r in outstanding.resources})
-            rejected.update(dict.fromkeys(outstanding.removed, _REMOVED))
-            events.append(
-                ResponseNacked(
-                    type_url=outstanding.type_url,
-                    rejected=outstanding.system_version_info,
-                    version_info="",
-                    nonce=outstanding.nonce,
-                    error=error,
+                SubscriptionChanged(
+                    type_url=info.type_url, previous=previous, subscription=subscription
                 )
             )
-            # Clients apply the valid part of a rejected response, so what it carried may now
-            # be held at a version the server does not know: if it goes away, say so.
-            client_has = dict(status.client_has)
-            for resource in outstanding.resources:
-                if _wanted(status.subscription, resource.name, resource):
-                    client_has.setdefault(resource.name, _UNKNOWN)
-            return attrs.evolve(
-                status,
-                outstanding=None,
-                client_has=client_has,
-                rejected=rejected,
-                last_error=error,
-                nacks=status.nacks + 1,
-                synced=None,
-            )
-        client_has = dict(status.client_has)
-        holding = dict(status.holding)
-        rejected = dict(status.rejected)
-        for resource in outstanding.resources:
-            rejected.pop(resource.name, None)
-            if not _wanted(status.subscription, resource.name, resource):
-                continue  # unsubscribed while in flight: the client dropped it
-            client_has[resource.name] = resource.version
-            holding[resource.name] = resource
-        for name in outstanding.removed:
-            client_has.pop(name, None)
-            holding.pop(name, None)
-            rejected.pop(name, None)
-        events.append(
-            ResponseAcked(
-                type_url=outstanding.type_url,
-                version_info=outstanding.system_version_info,
-                nonce=outstanding.nonce,
-            )
+        return state
+
+    def _subscribe_first(
+        self, info: TypeInfo, request: DeltaDiscoveryRequest, events: list[Event]
+    ) -> DeltaTypeState:
+        """The first request of a type: its subscription and what a reconnecting client holds."""
+        subscribe = request.resource_names_subscribe
+        subscription = Subscription.delta_initial(
+            subscribe, request.resource_names_unsubscribe, wildcard_capable=info.wildcard_capable
         )
-        return attrs.evolve(
-            status,
-            outstanding=None,
-            client_has=client_has,
-            holding=holding,
-            rejected=rejected,
-            acks=status.acks + 1,
+        check_subscribed(len(subscription.names), self._limits)
+        held_versions = dict(request.initial_resource_versions)
+        owed = frozenset(subscribe) - {WILDCARD} - held_versions.keys()
+        warm = self._warming.pop(info.type_url, _EMPTY)
+        owed |= frozenset(name for name in warm if subscription.wants(name))
+        events.append(
+            SubscriptionChanged(type_url=info.type_url, previous=None, subscription=subscription)
+        )
+        return DeltaTypeState(
+            subscription=subscription,
+            phase=Phase.IDLE,
+            held_versions=held_versions,
+            owed=owed,
+            answered=bool(request.initial_resource_versions),
         )
 
     def _candidates(
-        self, status: DeltaTypeState, resources: Mapping[str, Resource]
+        self, state: DeltaTypeState, resources: Mapping[str, Resource]
     ) -> Iterator[str]:
         sources: list[Iterable[str]] = [
-            status.must_answer,
-            status.client_has,
-            status.subscription.names,
+            state.owed,
+            state.held_versions,
+            state.subscription.names,
         ]
-        if status.subscription.wildcard:
+        if state.subscription.wildcard:
             sources.append(resources)
         return _unique(*sources)
 
     def _respond(self, type_url: str, view: ResourceView) -> DeltaResponse | None:
-        status = self._types[type_url]
-        if status.outstanding is not None:
+        state = self._types[type_url]
+        if state.outstanding is not None:
             return None
         resources = view.resources(type_url)
-        if resources is None or (status.synced is resources and not status.must_answer):
+        if resources is None or (state.synced is resources and not state.owed):
             return None
-        subscription = status.subscription
+        subscription = state.subscription
         due: dict[str, Resource] = {}
         removed: list[str] = []
         recognised: dict[str, Resource] = {}
         changed = None
-        if status.synced is not None:
-            changed = view.changed_since(type_url, status.synced)
+        if state.synced is not None:
+            changed = view.changed_since(type_url, state.synced)
         names = (
-            self._candidates(status, resources)
-            if changed is None
-            else _unique(status.must_answer, changed)
+            self._candidates(state, resources) if changed is None else _unique(state.owed, changed)
         )
         for name in names:
-            owed = name in status.must_answer
+            owed = name in state.owed
             resource = self._lookup(type_url, resources, name)
             if resource is not None and not _wanted(subscription, name, resource):
                 resource = None
             if resource is not None:
                 key = resource.name
-                held = status.client_has.get(key)
-                if held == resource.version and key not in status.holding:
+                held = state.held_versions.get(key)
+                if held == resource.version and key not in state.held:
                     recognised[key] = resource
                 if owed or (
-                    held != resource.version and status.rejected.get(key) != resource.version
+                    held != resource.version
+                    and state.rejected_versions.get(key) != resource.version
                 ):
                     due[key] = resource
-            elif owed or (name in status.client_has and status.rejected.get(name) != _REMOVED):
+            elif owed or (
+                name in state.held_versions and state.rejected_versions.get(name) != _REMOVED
+            ):
                 removed.append(name)
         sending = list(due.values())
         removed = [name for name in removed if name not in due]
         if recognised:
-            status = attrs.evolve(status, holding={**status.holding, **recognised})
-            self._types[type_url] = status
+            state = attrs.evolve(state, held={**state.held, **recognised})
+            self._types[type_url] = state
         deferred: frozenset[str] = _EMPTY
         if self._ordered and (sending or removed):
-            sending, removed, deferred = self._make_before_break(
-                type_url, status, sending, removed, view
-            )
-        if not sending and not removed and (status.answered or deferred or subscription.empty):
+            decided = self._make_before_break(type_url, state, sending, removed, view)
+            deferred = decided.deferred
+            if deferred:
+                sending = [r for r in sending if r.name not in decided.wait]
+                removed = [name for name in removed if name not in decided.keep]
+        if not sending and not removed and (state.answered or deferred or subscription.empty):
             self._types[type_url] = attrs.evolve(
-                status,
+                state,
                 synced=None if deferred else resources,
-                must_answer=status.must_answer & deferred,
+                owed=state.owed & deferred,
             )
             return None
         everything = view.select(type_url, EVERYTHING)
+        move = step("delta", type_url, state.phase, Input.RESPOND)
         response = DeltaResponse(
             type_url=type_url,
             nonce=self._nonce_source(),
@@ -367,23 +327,24 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
             removed=tuple(sorted(removed)),
         )
         self._types[type_url] = attrs.evolve(
-            status,
+            state,
+            phase=move.next,
             outstanding=response,
             latest_nonce=response.nonce,
             answered=True,
-            must_answer=status.must_answer & deferred,
+            owed=state.owed & deferred,
             synced=None if deferred else resources,
         )
-        if type_url == CLUSTER and self.aggregated:
-            self._owe_endpoints(response.resources)
+        if self.aggregated:
+            self._owe_warming(type_url, response.resources)
         return response
 
     def _lookup(
         self, type_url: str, resources: Mapping[str, Resource], name: str
     ) -> Resource | None:
-        """The resource called ``name``; for virtual hosts, also one with ``name`` as alias."""
+        """The resource called ``name``; for aliased types, also one with ``name`` as alias."""
         resource = resources.get(name)
-        if resource is not None or type_url != VIRTUAL_HOST:
+        if resource is not None or not type_info(type_url).aliased:
             return resource
         cached = self._aliases
         if cached is None or cached[0] is not resources:
@@ -394,50 +355,100 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
     def _make_before_break(
         self,
         type_url: str,
-        status: DeltaTypeState,
+        state: DeltaTypeState,
         sending: list[Resource],
         removed: list[str],
         view: ResourceView,
-    ) -> tuple[list[Resource], list[str], frozenset[str]]:
-        """Split what is due into what may go now and what must wait (see ``_ordering``)."""
-        ready: list[Resource] = []
-        waiting: set[str] = set()
-        for resource in sending:
-            if status.client_has.get(resource.name) != resource.version and blocked(
-                resource, self, view
-            ):
-                waiting.add(resource.name)
-            else:
-                ready.append(resource)
-        going = removed
-        if removed:
-            kept = referenced(self, self._types)
-            going = [name for name in removed if (type_url, name) not in kept]
-            waiting.update(name for name in removed if (type_url, name) in kept)
-        return ready, going, frozenset(waiting)
+    ) -> Plan:
+        """What of ``sending`` and ``removed`` must wait (see :mod:`._ordering`)."""
+        changed = [r for r in sending if state.held_versions.get(r.name) != r.version]
+        return plan(type_url, changed, removed, self.holdings(), view)
 
-    def _owe_endpoints(self, clusters: Iterable[Resource]) -> None:
-        names = frozenset(
-            ref.name
-            for cluster in clusters
-            for ref in cluster.references
-            if ref.type_url == ENDPOINT
-        )
-        endpoints = self._types.get(ENDPOINT)
-        if endpoints is None:
-            # The endpoints subscription is still on its way: owe them when it arrives.
-            self._endpoints_owed |= names
+    def _owe_warming(self, type_url: str, sent: Iterable[Resource]) -> None:
+        warm = warming(type_url, sent)
+        if warm is None:
+            return
+        target, names = warm
+        waiting = self._types.get(target)
+        if waiting is None:
+            # The subscription is still on its way: owe the names when it arrives.
+            self._warming[target] = self._warming.get(target, _EMPTY) | names
             return
         # A rejected version is not pushed again for warming: the next different one will be.
         owed = frozenset(
             name
             for name in names
-            if endpoints.subscription.wants(name) and name not in endpoints.rejected
+            if waiting.subscription.wants(name) and name not in waiting.rejected_versions
         )
         if owed:
-            self._types[ENDPOINT] = attrs.evolve(
-                endpoints, must_answer=endpoints.must_answer | owed
-            )
+            self._types[target] = attrs.evolve(waiting, owed=waiting.owed | owed)
+
+
+def _accept(
+    state: DeltaTypeState, outstanding: DeltaResponse, events: list[Event]
+) -> DeltaTypeState:
+    """The client applied the response in flight: it now holds what it carried."""
+    held_versions = dict(state.held_versions)
+    held = dict(state.held)
+    rejected = dict(state.rejected_versions)
+    for resource in outstanding.resources:
+        rejected.pop(resource.name, None)
+        if not _wanted(state.subscription, resource.name, resource):
+            continue  # unsubscribed while in flight: the client dropped it
+        held_versions[resource.name] = resource.version
+        held[resource.name] = resource
+    for name in outstanding.removed:
+        held_versions.pop(name, None)
+        held.pop(name, None)
+        rejected.pop(name, None)
+    events.append(
+        ResponseAcked(
+            type_url=outstanding.type_url,
+            version_info=outstanding.system_version_info,
+            nonce=outstanding.nonce,
+        )
+    )
+    return attrs.evolve(
+        state,
+        outstanding=None,
+        held_versions=held_versions,
+        held=held,
+        rejected_versions=rejected,
+        acks=state.acks + 1,
+    )
+
+
+def _reject(
+    state: DeltaTypeState, outstanding: DeltaResponse, error: ErrorDetail, events: list[Event]
+) -> DeltaTypeState:
+    """The client rejected the response in flight: none of its versions is sent again."""
+    rejected = dict(state.rejected_versions)
+    rejected.update({r.name: r.version for r in outstanding.resources})
+    rejected.update(dict.fromkeys(outstanding.removed, _REMOVED))
+    events.append(
+        ResponseNacked(
+            type_url=outstanding.type_url,
+            rejected=outstanding.system_version_info,
+            version_info="",
+            nonce=outstanding.nonce,
+            error=error,
+        )
+    )
+    # Clients apply the valid part of a rejected response, so what it carried may now be
+    # held at a version the server does not know: if it goes away, say so.
+    held_versions = dict(state.held_versions)
+    for resource in outstanding.resources:
+        if _wanted(state.subscription, resource.name, resource):
+            held_versions.setdefault(resource.name, _UNKNOWN)
+    return attrs.evolve(
+        state,
+        outstanding=None,
+        held_versions=held_versions,
+        rejected_versions=rejected,
+        last_error=error,
+        nacks=state.nacks + 1,
+        synced=None,
+    )
 
 
 def _wanted(subscription: Subscription, name: str, resource: Resource) -> bool:

@@ -8,9 +8,11 @@ from typing import Generic, Protocol, TypeVar
 from .._errors import ProtocolError
 from ..wire._records import Node
 from ..wire._typeurls import type_info
-from ._events import Event
+from ._events import Event, NodeIdentified
+from ._identity import check_node
 from ._limits import StreamLimits
-from ._state import StreamState, ensure_open
+from ._ordering import Holding, Holdings
+from ._state import Phase, StreamState, ensure_open
 from ._subscription import Subscription
 from ._view import ResourceView
 
@@ -21,13 +23,16 @@ class _TypeState(Protocol):
     @property
     def subscription(self) -> Subscription: ...
 
+    @property
+    def phase(self) -> Phase: ...
 
-_Status = TypeVar("_Status", bound=_TypeState)
+
+_State = TypeVar("_State", bound=_TypeState)
 _Request = TypeVar("_Request")
 _Response = TypeVar("_Response")
 
 
-class ServerMachine(Generic[_Status, _Request, _Response]):
+class ServerMachine(Generic[_State, _Request, _Response]):
     """One gRPC stream's server side; subclasses say how a request applies and what is due.
 
     ``type_url`` fixes the type on per-type services (``None``: ADS). ``ordered`` applies
@@ -46,28 +51,38 @@ class ServerMachine(Generic[_Status, _Request, _Response]):
         self._fixed_type = type_url
         self._limits = limits or StreamLimits()
         self._ordered = ordered and type_url is None
-        self._types: dict[str, _Status] = {}
+        self._types: dict[str, _State] = {}
         self.node: Node | None = None
+        """The client's node, from the first request (``None`` before it)."""
         self.state = StreamState.OPEN
+        """OPEN, or ERROR for good after a protocol error."""
 
     @property
     def aggregated(self) -> bool:
         """True on ADS, where one stream carries every type."""
         return self._fixed_type is None
 
-    def status(self) -> Mapping[str, _Status]:
-        """A read-only copy of the per-type state, by type URL."""
+    def type_states(self) -> Mapping[str, _State]:
+        """A read-only copy of the per-type state, by type URL, in the order first asked."""
         return dict(self._types)
+
+    def type_state(self, type_url: str) -> _State | None:
+        """The state of ``type_url``, if the client asked for it on this stream."""
+        return self._types.get(type_url)
 
     def subscription(self, type_url: str) -> Subscription | None:
         """The client's subscription for ``type_url``, if it asked for the type."""
-        status = self._types.get(type_url)
-        return status.subscription if status is not None else None
+        state = self._types.get(type_url)
+        return state.subscription if state is not None else None
 
     def receive(self, request: _Request) -> list[Event]:
-        """Apply one request; return what it meant. Raises :class:`RemoteProtocolError`.
+        """Apply one decoded request; return the events it caused, in order.
 
-        After a protocol error the machine is in ERROR for good: the stream must end.
+        Raises :class:`~xdscore.RemoteProtocolError` for a request the protocol forbids
+        (its ``status`` says how the stream should end) and
+        :class:`~xdscore.LocalProtocolError` if the machine already failed. After either
+        the machine is in ERROR for good: the stream must end. Otherwise only the request's
+        type changed; nothing is sent until :meth:`poll`.
         """
         ensure_open(self.state)
         try:
@@ -77,8 +92,13 @@ class ServerMachine(Generic[_Status, _Request, _Response]):
             raise
 
     def poll(self, view: ResourceView | None) -> list[_Response]:
-        """The responses due now against ``view`` (``None``: no data for this client yet),
-        in make-before-break order of their types."""
+        """The responses due now against ``view``, in make-before-break order of their types.
+
+        ``view`` is ``None`` while the cache has nothing for this client: nothing is sent.
+        Each response returned is in flight from then on (its type is SENT); send them in
+        the order given. Raises :class:`~xdscore.LocalProtocolError` if the machine
+        already failed; never raises for anything the cache holds.
+        """
         ensure_open(self.state)
         if view is None:
             return []
@@ -89,8 +109,21 @@ class ServerMachine(Generic[_Status, _Request, _Response]):
                 out.append(response)
         return out
 
+    def holdings(self) -> Holdings:
+        """What the client holds of every type it asked for, for make-before-break."""
+        return {type_url: self._holding(state) for type_url, state in self._types.items()}
+
+    def _identify(self, presented: Node | None) -> list[Event]:
+        """Check the node a request presents; the first one identifies the stream."""
+        first = self.node is None
+        self.node = check_node(self.node, presented)
+        return [NodeIdentified(node=self.node)] if first else []
+
     def _receive(self, request: _Request) -> list[Event]:
         raise NotImplementedError
 
     def _respond(self, type_url: str, view: ResourceView) -> _Response | None:
+        raise NotImplementedError
+
+    def _holding(self, state: _State) -> Holding:
         raise NotImplementedError

@@ -1,18 +1,18 @@
-"""Make-before-break on one aggregated stream: what may be sent now, and what must wait.
+"""Make-before-break on one aggregated stream, as a pure planner: send, wait or keep.
 
 Envoy warms a new cluster until its endpoints arrive and a new listener until its routes
 arrive, but it does not warm routes: a route that names a cluster the proxy does not have
 yet sends traffic into a 503, and so does removing a cluster an accepted route still names.
 Only on ADS, where one stream carries every type, can the server prevent both. The rules,
-applied by both state machines whenever they build a response on ADS:
+applied by both server machines whenever they build a response on ADS:
 
-1. Types go out in make-before-break order (the ``rank`` of :mod:`xdscore._typeurls`:
+1. Types go out in make-before-break order (the ``rank`` of the type registry:
    SDS, CDS, EDS, LDS, ECDS, RDS, SRDS, VHDS, RTDS).
-2. A new or changed resource is **held back** while it refers to a lower-ranked resource
-   that the client wants (its subscription for that type covers the name) but does not
-   hold yet, or holds without the higher-ranked resources it warms on (a cluster without
-   its endpoints). Only what exists on the server counts: a reference to something the
-   server does not have can never be satisfied, so it holds nothing back. References to
+2. A new or changed resource **waits** while it refers to a lower-ranked resource that the
+   client wants (its subscription for that type covers the name) but does not hold yet, or
+   holds without the higher-ranked resources it warms on (a cluster without its
+   endpoints). Only what exists on the server counts: a reference to something the server
+   does not have can never be satisfied, so it holds nothing back. References to
    higher-ranked types (a cluster's endpoints, a listener's routes) are what Envoy warms
    on, and never hold anything back.
 3. A resource the client holds is **kept** (not removed, and in SotW still listed in full
@@ -23,56 +23,116 @@ applied by both state machines whenever they build a response on ADS:
 "Holds" means acknowledged, and not being taken away by a response still in flight: a
 reference only counts as satisfied once the client surely has its target. Conversely a
 removal waits while anything the client holds *or is being sent* refers to it. What a
-client NACKs is never counted as held. Clients that subscribe by
-name to what they discover (proxyless gRPC) are not held back by names they have not asked
-for yet, so ordering cannot deadlock them.
+client NACKs is never counted as held. Clients that subscribe by name to what they
+discover (proxyless gRPC) are not held back by names they have not asked for yet, so
+ordering cannot deadlock them.
+
+The machines describe what their client holds as immutable :class:`Holding` values, one
+per type, and ask :func:`plan` about what is due; the planner never calls back into them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Protocol
+from collections.abc import Collection, Container, Iterable, Iterator, Mapping
+from types import MappingProxyType
+
+import attrs
 
 from ..wire._resource import Resource
 from ..wire._typeurls import type_info
 from ._subscription import Subscription
 from ._view import ResourceView
 
-__all__ = ["ClientHoldings", "blocked", "referenced"]
+__all__ = ["Holding", "Holdings", "Plan", "blocked", "plan", "referenced", "warming"]
+
+_NOTHING: Mapping[str, Resource] = MappingProxyType({})
 
 
-class ClientHoldings(Protocol):
-    """What one aggregated stream's client wants and holds, per type."""
+@attrs.frozen
+class Holding:
+    """What one client wants and holds of one type, at one moment."""
 
-    def subscription(self, type_url: str) -> Subscription | None:
-        """The client's subscription for ``type_url`` (``None``: never asked for it)."""
-        ...
+    subscription: Subscription
+    held: Mapping[str, Resource] = _NOTHING
+    """Acknowledged resources whose content is known."""
+    arriving: Collection[Resource] = ()
+    """What the response in flight carries."""
+    surviving: Container[str] | None = None
+    """When the response in flight replaces the whole set (SotW full state): the names it
+    carries; every other held name is going away."""
+    removing: Container[str] = frozenset()
+    """Names the response in flight removes (Delta)."""
 
-    def holds(self, type_url: str) -> Mapping[str, Resource]:
-        """What the client surely holds of ``type_url``: acknowledged, and no response in
-        flight takes it away."""
-        ...
+    def surely(self, name: str) -> Resource | None:
+        """The resource ``name`` if the client holds it and nothing in flight takes it away."""
+        resource = self.held.get(name)
+        if resource is None or name in self.removing:
+            return None
+        if self.surviving is not None and name not in self.surviving:
+            return None
+        return resource
 
-    def may_hold(self, type_url: str) -> Iterable[Resource]:
-        """Every version of ``type_url`` resources the client holds or is being sent."""
-        ...
+    def maybe(self) -> Iterator[Resource]:
+        """Every version the client holds or is being sent."""
+        yield from self.held.values()
+        yield from self.arriving
+
+
+Holdings = Mapping[str, Holding]
+"""A client's holdings by type URL; a type it never asked for is absent."""
+
+
+@attrs.frozen
+class Plan:
+    """What of a due change may go now: everything but ``wait`` and ``keep``."""
+
+    wait: frozenset[str] = frozenset()
+    """New or changed resources held back: the client lacks what they refer to."""
+    keep: frozenset[str] = frozenset()
+    """Removals held back: something the client holds or is being sent refers to them."""
+
+    @property
+    def deferred(self) -> frozenset[str]:
+        """Every name this plan holds back."""
+        return self.wait | self.keep
+
+
+_SEND_ALL = Plan()
+
+
+def plan(
+    type_url: str,
+    changed: Iterable[Resource],
+    removals: Collection[str],
+    holdings: Holdings,
+    view: ResourceView,
+) -> Plan:
+    """Which of ``changed`` (new or changed for the client) and ``removals`` must wait."""
+    wait = frozenset(r.name for r in changed if blocked(r, holdings, view))
+    keep: frozenset[str] = frozenset()
+    if removals:
+        kept = referenced(holdings.values())
+        keep = frozenset(name for name in removals if (type_url, name) in kept)
+    if not wait and not keep:
+        return _SEND_ALL
+    return Plan(wait=wait, keep=keep)
 
 
 def _rank(type_url: str) -> int:
     return type_info(type_url).rank
 
 
-def blocked(resource: Resource, client: ClientHoldings, view: ResourceView) -> bool:
+def blocked(resource: Resource, holdings: Holdings, view: ResourceView) -> bool:
     """True while sending ``resource`` could point the client at something it lacks."""
     rank = _rank(resource.type_url)
     for ref in resource.references:
         if _rank(ref.type_url) >= rank or not _exists(view, ref.type_url, ref.name):
             continue
-        wanted = client.subscription(ref.type_url)
-        if wanted is None or not wanted.wants(ref.name):
+        holding = holdings.get(ref.type_url)
+        if holding is None or not holding.subscription.wants(ref.name):
             continue
-        target = client.holds(ref.type_url).get(ref.name)
-        if target is None or not _warm(target, client, view):
+        target = holding.surely(ref.name)
+        if target is None or not _warm(target, holdings, view):
             return True
     return False
 
@@ -82,22 +142,34 @@ def _exists(view: ResourceView, type_url: str, name: str) -> bool:
     return resources is not None and name in resources
 
 
-def _warm(resource: Resource, client: ClientHoldings, view: ResourceView) -> bool:
+def _warm(resource: Resource, holdings: Holdings, view: ResourceView) -> bool:
     """Whether the client holds everything ``resource`` warms on (a cluster's endpoints)."""
     rank = _rank(resource.type_url)
     for ref in resource.references:
-        if _rank(ref.type_url) <= rank or client.subscription(ref.type_url) is None:
+        holding = holdings.get(ref.type_url)
+        if _rank(ref.type_url) <= rank or holding is None:
             continue
-        if ref.name not in client.holds(ref.type_url) and _exists(view, ref.type_url, ref.name):
+        if holding.surely(ref.name) is None and _exists(view, ref.type_url, ref.name):
             return False
     return True
 
 
-def referenced(client: ClientHoldings, type_urls: Iterable[str]) -> set[tuple[str, str]]:
-    """Every (type URL, name) that a resource of ``type_urls`` the client holds, or is being
-    sent, refers to."""
+def referenced(holdings: Iterable[Holding]) -> set[tuple[str, str]]:
+    """Every (type URL, name) that something held, or being sent, refers to."""
     found: set[tuple[str, str]] = set()
-    for type_url in type_urls:
-        for resource in client.may_hold(type_url):
+    for holding in holdings:
+        for resource in holding.maybe():
             found.update((ref.type_url, ref.name) for ref in resource.references)
     return found
+
+
+def warming(type_url: str, sent: Iterable[Resource]) -> tuple[str, frozenset[str]] | None:
+    """After ``sent`` of ``type_url`` went out: the type they warm on and the names they
+    wait for there (a cluster's endpoints), which the server answers again; else ``None``."""
+    target = type_info(type_url).warms_on
+    if target is None:
+        return None
+    names = frozenset(
+        ref.name for resource in sent for ref in resource.references if ref.type_url == target
+    )
+    return target, names

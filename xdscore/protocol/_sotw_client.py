@@ -54,8 +54,8 @@ class SotwClientTypeState:
     nonce: str = ""
     resources: Mapping[str, Resource] = attrs.field(factory=dict)
     last_error: ErrorDetail | None = None
-    accepted: int = 0
-    rejected: int = 0
+    acks: int = 0
+    nacks: int = 0
 
 
 class SotwClient:
@@ -74,7 +74,7 @@ class SotwClient:
         self._node_sent = False
         self._types: dict[str, SotwClientTypeState] = {}
 
-    def state(self, type_url: str) -> SotwClientTypeState | None:
+    def type_state(self, type_url: str) -> SotwClientTypeState | None:
         """The client's state for ``type_url``, if it ever watched it."""
         return self._types.get(type_url)
 
@@ -140,7 +140,7 @@ class SotwClient:
             version_info=response.version_info,
             nonce=response.nonce,
             last_error=None,
-            accepted=state.accepted + 1,
+            acks=state.acks + 1,
         )
         self._types[type_url] = state
         return self._request(type_url, state, state.version_info, None)
@@ -149,9 +149,7 @@ class SotwClient:
         self, state: SotwClientTypeState, response: DiscoveryResponse, error: str
     ) -> DiscoveryRequest:
         detail = ErrorDetail(code=GrpcStatus.INTERNAL, message=error)
-        state = attrs.evolve(
-            state, nonce=response.nonce, last_error=detail, rejected=state.rejected + 1
-        )
+        state = attrs.evolve(state, nonce=response.nonce, last_error=detail, nacks=state.nacks + 1)
         self._types[response.type_url] = state
         return self._request(response.type_url, state, state.version_info, None, error=detail)
 

@@ -4,46 +4,47 @@ Theory of operation
 -------------------
 One :class:`SotwServer` exists per gRPC stream (ADS, or a per-type service when
 ``type_url`` is fixed). It never does I/O and never awaits: the driver hands it each decoded
-request with :meth:`~SotwServer.receive`, which returns the events the request
-caused, and asks it with :meth:`~SotwServer.poll` what to send given the current
-:class:`~xdscore.ResourceView`. Each type URL is an independent sub-stream with its own
-subscription, nonce pairing and versions.
+request with :meth:`~SotwServer.receive`, which returns the events the request caused, and
+asks it with :meth:`~SotwServer.poll` what to send given the current
+:class:`~xdscore.cache.ResourceView`. Each type URL is an independent sub-stream whose
+phase moves by the table of :mod:`xdscore.protocol._state`.
 
 Per type the machine keeps an immutable :class:`SotwTypeState`:
 
-* ``subscription``: replaced by each non-stale request (:class:`~xdscore.Subscription`).
-* ``held``: the version the client is known to hold: the one it ACKed, or, for LDS, CDS and
-  SRDS watched with the legacy wildcard, the ``version_info`` it presents on the first
-  request of the stream (its last accepted version: with content-hash versions a
+* ``subscription``: replaced by each request the table lets subscribe.
+* ``held_version``: the version the client is known to hold: the one it ACKed, or, for
+  LDS, CDS and SRDS watched with the legacy wildcard, the ``version_info`` it presents on
+  the first request of the stream (its last accepted version: with content-hash versions a
   reconnecting client that already holds the current full state is sent nothing).
   Otherwise a new stream is always answered: a version says what was sent, not what the
   client kept of it (a client drops resources it stops watching), so it is only trusted
   where the client cannot have narrowed what it watches (inv. 8). ``None`` after a NACK,
   since clients may apply part of a rejected response.
-* ``rejected``: the version last NACKed. It is never sent again; the next different one is.
-* ``outstanding``: the response awaiting ACK/NACK. While one is outstanding nothing more of
-  that type is sent, so a slow client coalesces to the latest state instead of queueing.
-* ``owed``: a response is due even if the content is unchanged: the client asked again with
-  the latest nonce after acknowledging it, or (on ADS) a cluster response was just sent and
-  clusters warm until they get their endpoints.
-* ``holding``: the content the client acknowledged, which make-before-break ordering reads.
+* ``held``: the content the client acknowledged, which make-before-break ordering reads.
+* ``rejected_version``: the version last NACKed. It is never sent again; the next
+  different one is.
+* ``outstanding``: the response in flight (phase SENT). While one is in flight nothing more
+  of that type is sent, so a slow client coalesces to the latest state instead of queueing.
+* ``owed``: a response is due even if the content is unchanged: the client asked again
+  after its response was settled, or (on ADS) a type was just sent that this one warms
+  (``warms_on`` in the type registry: clusters warm until their endpoints arrive).
 
-Rules, in the order :meth:`receive` applies them:
+Rules, in the order :meth:`~SotwServer.receive` applies them:
 
 1. The first request must carry a node; later ones may omit it; a different node is an error.
 2. ADS requests must name their type; per-type services accept only their own type.
-3. A non-empty ``response_nonce`` that is not the latest sent for the type is stale: it is
-   reported and is neither ACK nor NACK. If a response of the type was sent, the request is
-   otherwise ignored too (a newer request will follow the response the client has not seen
-   yet); if none was, nothing is in flight and its ``resource_names`` still count.
+3. The request's nonce makes it an input of the phase table: REQUEST, ACK, NACK, STALE or
+   ECHO. A stale request is reported and ignored once a response of the type was sent (a
+   newer request will follow the response the client has not seen yet); before that,
+   nothing is in flight and its ``resource_names`` still count.
 4. A request echoing the outstanding nonce is a NACK if it has ``error_detail``, else an ACK.
 5. The request's ``resource_names`` replace the subscription (wildcard rules in
-   :mod:`xdscore._subscription`).
+   :mod:`xdscore.protocol._subscription`).
 
-:meth:`poll` then sends, per subscribed type in make-before-break order, the current
-selection when nothing is outstanding, it differs from the rejected version, and it differs
-from what the client holds or a response is owed. LDS, CDS and SRDS selections are full
-state: all their resources, every time.
+:meth:`~SotwServer.poll` then sends, per subscribed type in make-before-break order, the
+current selection when nothing is in flight, it differs from the rejected version, and it
+differs from what the client holds or a response is owed. LDS, CDS and SRDS selections are
+full state: all their resources, every time.
 """
 
 from __future__ import annotations
@@ -55,20 +56,14 @@ import attrs
 
 from ..wire._records import DiscoveryRequest, ErrorDetail
 from ..wire._resource import Resource
-from ..wire._typeurls import CLUSTER, ENDPOINT, TypeInfo, type_info
-from ._events import (
-    Event,
-    NodeIdentified,
-    ResponseAcked,
-    ResponseNacked,
-    StaleNonceSeen,
-    SubscriptionChanged,
-)
-from ._identity import check_node, resolve_type
+from ..wire._typeurls import TypeInfo, type_info
+from ._events import Event, ResponseAcked, ResponseNacked, StaleNonceSeen, SubscriptionChanged
+from ._identity import resolve_type
 from ._limits import StreamLimits, check_names, check_subscribed, check_type_count
 from ._machine import ServerMachine
-from ._ordering import blocked, referenced
-from ._subscription import Subscription
+from ._ordering import Holding, plan
+from ._state import Effect, Input, Phase, classify, step
+from ._subscription import NOTHING, Subscription
 from ._view import ResourceView, Selection
 
 __all__ = ["SotwResponse", "SotwServer", "SotwTypeState"]
@@ -91,22 +86,25 @@ class SotwTypeState:
     """What one stream knows about one type (see the module docstring)."""
 
     subscription: Subscription
+    phase: Phase = Phase.REQUESTED
     requested: tuple[str, ...] = ()
     """The ``resource_names`` of the last request, to skip re-reading an unchanged list."""
-    held: str | None = None
-    rejected: str | None = None
+    held_version: str | None = None
+    held: Selection | None = None
+    rejected_version: str | None = None
     last_error: ErrorDetail | None = None
     latest_nonce: str = ""
     outstanding: SotwResponse | None = None
     owed: bool = False
-    holding: Selection | None = None
-    """The content the client acknowledged (or presented on reconnect), for ordering."""
     acks: int = 0
     nacks: int = 0
 
 
 class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
-    """The server side of one SotW stream. ``type_url`` fixes the type on per-type services."""
+    """The server side of one SotW stream. ``type_url`` fixes the type on per-type services.
+
+    ``nonce_source`` returns a nonce unique on the stream each time it is called.
+    """
 
     def __init__(
         self,
@@ -119,154 +117,154 @@ class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
         super().__init__(
             nonce_source=nonce_source, type_url=type_url, limits=limits, ordered=ordered
         )
-        self._endpoints_owed = False
+        self._warming: frozenset[str] = frozenset()
+        """Types owed an answer because a type that warms on them was just sent (ADS)."""
 
-    def holds(self, type_url: str) -> Mapping[str, Resource]:
-        """What the client acknowledged of ``type_url`` and no response in flight takes away."""
-        status = self._types.get(type_url)
-        if status is None or status.holding is None:
-            return _NOTHING
-        held = status.holding.resources
-        outstanding = status.outstanding
-        if outstanding is None or not type_info(type_url).sotw_full_state:
-            return held
-        coming = outstanding.selection.resources
-        return {name: resource for name, resource in held.items() if name in coming}
-
-    def may_hold(self, type_url: str) -> list[Resource]:
-        """Every version of ``type_url`` resources the client acknowledged or is being sent."""
-        status = self._types.get(type_url)
-        if status is None:
-            return []
-        held = list(status.holding.resources.values()) if status.holding is not None else []
-        if status.outstanding is not None:
-            held.extend(status.outstanding.selection.resources.values())
-        return held
+    def _holding(self, state: SotwTypeState) -> Holding:
+        held = state.held.resources if state.held is not None else _NOTHING
+        outstanding = state.outstanding
+        if outstanding is None:
+            return Holding(state.subscription, held)
+        arriving = outstanding.selection.resources
+        full = type_info(outstanding.type_url).sotw_full_state
+        return Holding(
+            state.subscription,
+            held,
+            arriving=arriving.values(),
+            surviving=arriving if full else None,
+        )
 
     def _receive(self, request: DiscoveryRequest) -> list[Event]:
-        events: list[Event] = []
-        first = self.node is None
-        self.node = check_node(self.node, request.node)
-        if first:
-            events.append(NodeIdentified(node=self.node))
+        events = self._identify(request.node)
         info = resolve_type(self._fixed_type, request.type_url, delta=False)
         check_names(request.resource_names, self._limits, "resource_names")
         type_url = info.type_url
-        status = self._types.get(type_url)
-        if status is None:
+        state = self._types.get(type_url)
+        if state is None:
             check_type_count(len(self._types), self._limits)
-            subscription = Subscription.sotw(
-                None, request.resource_names, wildcard_capable=info.wildcard_capable
-            )
-            status = SotwTypeState(
-                subscription=subscription,
-                requested=request.resource_names,
-                held=(request.version_info or None) if _resumable(info, subscription) else None,
-            )
-            check_subscribed(len(status.subscription.names), self._limits)
-            self._types[type_url] = status
-            events.append(
-                SubscriptionChanged(
-                    type_url=type_url, previous=None, subscription=status.subscription
+            state = SotwTypeState(subscription=NOTHING, phase=Phase.IDLE)
+        outstanding = state.outstanding
+        given = classify(
+            state.phase,
+            request.response_nonce,
+            error=request.error_detail is not None,
+            latest_nonce=state.latest_nonce,
+            outstanding_nonce=outstanding.nonce if outstanding is not None else None,
+        )
+        move = step("sotw", type_url, state.phase, given)
+        for effect in move.effects:
+            if effect is Effect.REPORT_STALE:
+                events.append(
+                    StaleNonceSeen(
+                        type_url=type_url, nonce=request.response_nonce, latest=state.latest_nonce
+                    )
                 )
-            )
-            return events
-
-        nonce = request.response_nonce
-        if nonce and nonce != status.latest_nonce:
-            events.append(
-                StaleNonceSeen(type_url=type_url, nonce=nonce, latest=status.latest_nonce)
-            )
-            if status.latest_nonce:
-                return events
-            # Nothing of this type was sent on the stream, so no response is in flight that
-            # a later request will follow: the nonce is not ours, but the names still count.
-
-        outstanding = status.outstanding
-        if nonce and outstanding is not None and nonce == outstanding.nonce:
-            if request.error_detail is not None:
-                status = attrs.evolve(
-                    status,
-                    held=None,
-                    rejected=outstanding.version_info,
+            elif effect is Effect.ACCEPT:
+                assert outstanding is not None
+                state = attrs.evolve(
+                    state,
+                    held_version=outstanding.version_info,
+                    held=outstanding.selection,
+                    rejected_version=None,
+                    outstanding=None,
+                    acks=state.acks + 1,
+                )
+                events.append(
+                    ResponseAcked(
+                        type_url=type_url,
+                        version_info=outstanding.version_info,
+                        nonce=outstanding.nonce,
+                    )
+                )
+            elif effect is Effect.REJECT:
+                assert outstanding is not None
+                assert request.error_detail is not None
+                state = attrs.evolve(
+                    state,
+                    held_version=None,
+                    rejected_version=outstanding.version_info,
                     last_error=request.error_detail,
                     outstanding=None,
-                    nacks=status.nacks + 1,
+                    nacks=state.nacks + 1,
                 )
                 events.append(
                     ResponseNacked(
                         type_url=type_url,
                         rejected=outstanding.version_info,
                         version_info=request.version_info,
-                        nonce=nonce,
+                        nonce=outstanding.nonce,
                         error=request.error_detail,
                     )
                 )
+            elif effect is Effect.OWE:
+                state = attrs.evolve(state, owed=True)
             else:
-                status = attrs.evolve(
-                    status,
-                    held=outstanding.version_info,
-                    holding=outstanding.selection,
-                    rejected=None,
-                    outstanding=None,
-                    acks=status.acks + 1,
-                )
-                events.append(
-                    ResponseAcked(
-                        type_url=type_url, version_info=outstanding.version_info, nonce=nonce
-                    )
-                )
-        elif outstanding is None and status.latest_nonce:
-            # Every response was answered and the client asks again: it wants an answer.
-            status = attrs.evolve(status, owed=True)
-
-        if request.resource_names != status.requested:
-            previous = status.subscription
-            subscription = Subscription.sotw(
-                previous, request.resource_names, wildcard_capable=info.wildcard_capable
-            )
-            status = attrs.evolve(status, requested=request.resource_names)
-            if subscription != previous:
-                check_subscribed(len(subscription.names), self._limits)
-                status = attrs.evolve(status, subscription=subscription)
-                if not status.latest_nonce and not _resumable(info, subscription):
-                    status = attrs.evolve(status, held=None)
-                events.append(
-                    SubscriptionChanged(
-                        type_url=type_url, previous=previous, subscription=subscription
-                    )
-                )
-        self._types[type_url] = status
+                state = self._subscribe(info, state, request, events)
+        self._types[type_url] = attrs.evolve(state, phase=move.next)
         return events
 
+    def _subscribe(
+        self,
+        info: TypeInfo,
+        state: SotwTypeState,
+        request: DiscoveryRequest,
+        events: list[Event],
+    ) -> SotwTypeState:
+        """Apply ``resource_names``; a list equal to the previous one is not read again."""
+        first = state.phase is Phase.IDLE
+        if not first and request.resource_names == state.requested:
+            return state
+        previous = None if first else state.subscription
+        subscription = Subscription.sotw(
+            previous, request.resource_names, wildcard_capable=info.wildcard_capable
+        )
+        state = attrs.evolve(state, requested=request.resource_names)
+        if not first and subscription == previous:
+            return state
+        check_subscribed(len(subscription.names), self._limits)
+        resumable = _resumable(info, subscription)
+        if first:
+            state = attrs.evolve(
+                state, held_version=(request.version_info or None) if resumable else None
+            )
+        elif not state.latest_nonce and not resumable:
+            state = attrs.evolve(state, held_version=None)
+        events.append(
+            SubscriptionChanged(
+                type_url=info.type_url, previous=previous, subscription=subscription
+            )
+        )
+        return attrs.evolve(state, subscription=subscription)
+
     def _respond(self, type_url: str, view: ResourceView) -> SotwResponse | None:
-        status = self._types[type_url]
-        if status.outstanding is not None:
+        state = self._types[type_url]
+        if state.outstanding is not None:
             return None
-        selection = view.select(type_url, status.subscription)
+        selection = view.select(type_url, state.subscription)
         if selection is None:
             return None
         canonical = selection.subscription
-        if canonical is not None and canonical is not status.subscription:
+        if canonical is not None and canonical is not state.subscription:
             # Share one subscription object with every stream that asks the same (the view's
             # memo key), so later look-ups compare by identity instead of by content.
-            status = attrs.evolve(status, subscription=canonical)
-            self._types[type_url] = status
-        if status.holding is None and status.held == selection.version:
-            status = attrs.evolve(status, holding=selection)
-            self._types[type_url] = status
-        owed = status.owed or (type_url == ENDPOINT and self._endpoints_owed)
-        if not owed and selection.version == status.held:
+            state = attrs.evolve(state, subscription=canonical)
+            self._types[type_url] = state
+        if state.held is None and state.held_version == selection.version:
+            state = attrs.evolve(state, held=selection)
+            self._types[type_url] = state
+        owed = state.owed or type_url in self._warming
+        if not owed and selection.version == state.held_version:
             return None
         if self._ordered:
-            ordered = self._make_before_break(type_url, selection, status.holding, view)
-            if ordered is not selection and not _news(type_url, ordered, status.holding):
+            ordered = self._make_before_break(type_url, selection, state.held, view)
+            if ordered is not selection and not _news(type_url, ordered, state.held):
                 return None  # everything new must wait for the client to catch up
             selection = ordered
-        if selection.version == status.rejected:
+        if selection.version == state.rejected_version:
             return None
-        if not owed and selection.version == status.held:
+        if not owed and selection.version == state.held_version:
             return None
+        move = step("sotw", type_url, state.phase, Input.RESPOND)
         response = SotwResponse(
             type_url=type_url,
             version_info=selection.version,
@@ -274,53 +272,59 @@ class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
             selection=selection,
         )
         self._types[type_url] = attrs.evolve(
-            status, outstanding=response, latest_nonce=response.nonce, owed=False
+            state, phase=move.next, outstanding=response, latest_nonce=response.nonce, owed=False
         )
         if self.aggregated:
-            # Clusters warm until their endpoints arrive, even unchanged ones: after a cluster
-            # response, the next endpoints request is answered whatever the client holds.
-            if type_url == CLUSTER:
-                self._endpoints_owed = True
-            elif type_url == ENDPOINT:
-                self._endpoints_owed = False
+            warms_on = type_info(type_url).warms_on
+            self._warming -= {type_url}
+            if warms_on is not None:
+                self._warming |= {warms_on}
         return response
 
     def _make_before_break(
-        self, type_url: str, desired: Selection, holding: Selection | None, view: ResourceView
+        self, type_url: str, desired: Selection, held: Selection | None, view: ResourceView
     ) -> Selection:
         """``desired`` less what must wait, plus what must stay (see :mod:`._ordering`)."""
-        held = holding.resources if holding is not None else _NOTHING
-        chosen: dict[str, Resource] | None = None
-        if desired.has_lower_references:
-            for name, resource in desired.resources.items():
-                old = held.get(name)
-                if (old is None or old.version != resource.version) and blocked(
-                    resource, self, view
-                ):
-                    chosen = chosen if chosen is not None else dict(desired.resources)
-                    if old is not None:
-                        chosen[name] = old
-                    else:
-                        del chosen[name]
-        if type_info(type_url).sotw_full_state and held:
-            gone = [name for name in held if name not in desired.resources]
-            if gone:
-                kept = referenced(self, self._types)
-                for name in gone:
-                    if (type_url, name) in kept:
-                        chosen = chosen if chosen is not None else dict(desired.resources)
-                        chosen[name] = held[name]
-        return desired if chosen is None else Selection.of(type_url, chosen)
+        before = held.resources if held is not None else _NOTHING
+        changed = (
+            [
+                resource
+                for name, resource in desired.resources.items()
+                if (old := before.get(name)) is None or old.version != resource.version
+            ]
+            if desired.has_lower_references
+            else []
+        )
+        removals = (
+            [name for name in before if name not in desired.resources]
+            if before and type_info(type_url).sotw_full_state
+            else []
+        )
+        if not changed and not removals:
+            return desired
+        decided = plan(type_url, changed, removals, self.holdings(), view)
+        if not decided.wait and not decided.keep:
+            return desired
+        chosen = dict(desired.resources)
+        for name in decided.wait:
+            old = before.get(name)
+            if old is not None:
+                chosen[name] = old
+            else:
+                del chosen[name]
+        for name in decided.keep:
+            chosen[name] = before[name]
+        return Selection.of(type_url, chosen)
 
 
-def _news(type_url: str, selection: Selection, holding: Selection | None) -> bool:
-    """Whether sending ``selection`` would change anything for a client holding ``holding``."""
-    held = holding.resources if holding is not None else _NOTHING
+def _news(type_url: str, selection: Selection, held: Selection | None) -> bool:
+    """Whether sending ``selection`` would change anything for a client holding ``held``."""
+    before = held.resources if held is not None else _NOTHING
     for name, resource in selection.resources.items():
-        old = held.get(name)
+        old = before.get(name)
         if old is None or old.version != resource.version:
             return True
-    return type_info(type_url).sotw_full_state and len(held) != len(selection.resources)
+    return type_info(type_url).sotw_full_state and len(before) != len(selection.resources)
 
 
 def _resumable(info: TypeInfo, subscription: Subscription) -> bool:

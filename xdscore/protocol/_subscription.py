@@ -18,7 +18,7 @@ from collections.abc import Iterable
 
 import attrs
 
-__all__ = ["EVERYTHING", "WILDCARD", "Subscription"]
+__all__ = ["EVERYTHING", "NOTHING", "WILDCARD", "Subscription"]
 
 WILDCARD = "*"
 
@@ -56,7 +56,7 @@ class Subscription:
         names = frozenset(resource_names)
         if not names:
             legacy = wildcard_capable and (previous is None or previous.legacy)
-            return _LEGACY_WILDCARD if legacy else _NOTHING
+            return _LEGACY_WILDCARD if legacy else NOTHING
         return cls(names - {WILDCARD}, wildcard=WILDCARD in names, legacy=False)
 
     @classmethod
@@ -71,8 +71,8 @@ class Subscription:
         added = frozenset(subscribe)
         removed = frozenset(unsubscribe)
         if not added and not removed:
-            return _LEGACY_WILDCARD if wildcard_capable else _NOTHING
-        return _NOTHING.delta_update(added, removed)
+            return _LEGACY_WILDCARD if wildcard_capable else NOTHING
+        return NOTHING.delta_update(added, removed)
 
     def delta_update(self, subscribe: Iterable[str], unsubscribe: Iterable[str]) -> Subscription:
         """The subscription after a later Delta request (unsubscribing unknown names is a no-op)."""
@@ -98,5 +98,6 @@ class Subscription:
 
 EVERYTHING = Subscription(frozenset(), wildcard=True)
 """An explicit wildcard: every resource of the type."""
+NOTHING = Subscription(frozenset(), wildcard=False, legacy=False)
+"""No resource of the type."""
 _LEGACY_WILDCARD = Subscription(frozenset(), wildcard=True, legacy=True)
-_NOTHING = Subscription(frozenset(), wildcard=False, legacy=False)

@@ -8,6 +8,10 @@ Each property here is a protocol rule the state machines look up rather than har
   absence means deletion (LDS, CDS, SRDS). Other types are answered per name.
 * ``rank``: the make-before-break order for additions on ADS; lower ranks go first.
 * ``delta_only``: the type exists only on the incremental protocol (VHDS, LEDS).
+* ``warms_on``: a resource of this type, once sent, is not used until the resources of
+  that type it refers to arrive, even unchanged ones (a cluster warms on its endpoints):
+  on ADS the server answers them again after sending it.
+* ``aliased``: resources may be subscribed to by one of their aliases (VHDS).
 
 Type URLs that are not registered are still served: they behave like a named, per-resource
 type (not wildcard-capable, not full state) ordered after every registered type.
@@ -73,6 +77,8 @@ class TypeInfo:
     sotw_full_state: bool = False
     delta_only: bool = False
     rank: int = 100
+    warms_on: str | None = None
+    aliased: bool = False
     service: str | None = None
     """Fully qualified per-type discovery service, when the type has one."""
     sotw_method: str | None = None
@@ -103,6 +109,7 @@ _REGISTRY: tuple[TypeInfo, ...] = (
         wildcard_capable=True,
         sotw_full_state=True,
         rank=10,
+        warms_on=ENDPOINT,
     ),
     _served(
         "envoy.service.endpoint.v3.EndpointDiscoveryService",
@@ -149,6 +156,7 @@ _REGISTRY: tuple[TypeInfo, ...] = (
         short_name="vhds",
         delta_only=True,
         rank=50,
+        aliased=True,
         service="envoy.service.route.v3.VirtualHostDiscoveryService",
         delta_method="DeltaVirtualHosts",
     ),
