@@ -1,10 +1,17 @@
-"""Errors that say who broke the protocol, each carrying the gRPC status it suggests."""
+"""Errors that say who broke the protocol, each carrying the gRPC status it suggests, and
+the transport-neutral signal that the peer went away."""
 
 from __future__ import annotations
 
 import enum
 
-__all__ = ["GrpcStatus", "LocalProtocolError", "ProtocolError", "RemoteProtocolError"]
+__all__ = [
+    "GrpcStatus",
+    "LocalProtocolError",
+    "ProtocolError",
+    "RemoteProtocolError",
+    "StreamClosed",
+]
 
 
 class GrpcStatus(enum.IntEnum):
@@ -57,3 +64,11 @@ class RemoteProtocolError(ProtocolError):
 
     def __init__(self, message: str, status: GrpcStatus = GrpcStatus.INVALID_ARGUMENT) -> None:
         super().__init__(message, status)
+
+
+class StreamClosed(Exception):
+    """The peer went away: it reset its stream or dropped its connection.
+
+    A transport raises it from a byte stream's ``receive`` or ``send``; the driver then ends
+    the stream cleanly. It is not a failure and carries no status.
+    """

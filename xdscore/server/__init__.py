@@ -1,6 +1,16 @@
-"""The server runtime: streams, callbacks and limits on anyio."""
+"""The server runtime on anyio: the stream registry, the stream driver and callbacks."""
 
 from ._callbacks import ServerCallbacks, StreamInfo
-from ._server import ActiveStream, ClientGone, XdsServer
+from ._driver import ByteStream, ClientDriver, OnResponse, ServerDriver
+from ._server import ActiveStream, XdsServer
 
-__all__ = ["ActiveStream", "ClientGone", "ServerCallbacks", "StreamInfo", "XdsServer"]
+__all__ = [
+    "ActiveStream",
+    "ByteStream",
+    "ClientDriver",
+    "OnResponse",
+    "ServerCallbacks",
+    "ServerDriver",
+    "StreamInfo",
+    "XdsServer",
+]

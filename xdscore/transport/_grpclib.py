@@ -1,8 +1,9 @@
 """The grpclib transport: ADS and every per-type discovery service on one port.
 
-The adapter reads raw message bytes (a pass-through codec keeps grpclib from decoding
-anything), decodes them with the library's codec, hands them to :class:`XdsServer`, and
-writes the bytes the runtime gives back. Protocol errors become gRPC statuses here.
+The adapter moves bytes only: a pass-through codec keeps grpclib from decoding anything,
+each gRPC stream is handed to :meth:`XdsServer.run_stream` as a byte stream, and a
+:class:`~xdscore.ProtocolError` the runtime raises becomes the gRPC status it carries.
+The gRPC method names of every type come from the type registry.
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ from grpclib.encoding.base import CodecBase
 from grpclib.exceptions import GRPCError, StreamTerminatedError
 from h2.exceptions import StreamClosedError
 
-from .._errors import GrpcStatus, ProtocolError, RemoteProtocolError
-from ..server._server import ClientGone, XdsServer
-from ..wire._codec import decode_delta_request, decode_request
+from .._errors import GrpcStatus, ProtocolError, RemoteProtocolError, StreamClosed
+from ..protocol._state import ProtocolName
+from ..server._server import XdsServer
 from ..wire._typeurls import all_types
 
 __all__ = ["GrpclibTransport"]
@@ -109,40 +110,15 @@ class GrpclibTransport:
         )
 
     def _stream(self, type_url: str | None, *, delta: bool) -> _Handler:
-        decode = decode_delta_request if delta else decode_request
-        run = self.server.run_delta_stream if delta else self.server.run_sotw_stream
-
-        limit = self.server.limits.max_request_bytes
+        protocol: ProtocolName = "delta" if delta else "sotw"
+        server = self.server
 
         async def handle(stream: grpclib.server.Stream[Any, Any]) -> None:
-            async def receive() -> Any:
-                try:
-                    data = await stream.recv_message()
-                except NotImplementedError:
-                    # grpclib's answer to a compressed message: no encoding is supported.
-                    raise RemoteProtocolError(
-                        "compressed messages are not supported", GrpcStatus.UNIMPLEMENTED
-                    ) from None
-                except _GONE as exc:
-                    raise ClientGone from exc
-                if data is None:
-                    return None
-                if len(data) > limit:
-                    raise RemoteProtocolError(
-                        f"a request of {len(data)} bytes exceeds the limit of {limit}",
-                        GrpcStatus.RESOURCE_EXHAUSTED,
-                    )
-                return decode(data)
-
-            async def send(data: bytes) -> None:
-                try:
-                    await stream.send_message(data)
-                except _GONE as exc:
-                    raise ClientGone from exc
-
             peer = _peer(stream)
             try:
-                await run(receive, send, type_url=type_url, peer=peer)
+                await server.run_stream(
+                    _GrpclibStream(stream), protocol=protocol, type_url=type_url, peer=peer
+                )
             except ProtocolError as exc:
                 log.info("stream from %s ended: %s (%s)", peer, exc.message, exc.status.name)
                 raise GRPCError(grpclib.const.Status(exc.status.value), exc.message) from None
@@ -184,6 +160,33 @@ class GrpclibTransport:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.stop()
+
+
+class _GrpclibStream:
+    """One grpclib stream as message bytes; the client going away is :class:`StreamClosed`."""
+
+    __slots__ = ("_stream",)
+
+    def __init__(self, stream: grpclib.server.Stream[Any, Any]) -> None:
+        self._stream = stream
+
+    async def receive(self) -> bytes | None:
+        try:
+            data = await self._stream.recv_message()
+        except NotImplementedError:
+            # grpclib's answer to a compressed message: no encoding is supported.
+            raise RemoteProtocolError(
+                "compressed messages are not supported", GrpcStatus.UNIMPLEMENTED
+            ) from None
+        except _GONE as exc:
+            raise StreamClosed from exc
+        return None if data is None else bytes(data)
+
+    async def send(self, data: bytes) -> None:
+        try:
+            await self._stream.send_message(data)
+        except _GONE as exc:
+            raise StreamClosed from exc
 
 
 def _peer(stream: grpclib.server.Stream[Any, Any]) -> str:

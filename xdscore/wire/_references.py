@@ -36,7 +36,7 @@ from google.protobuf.message import DecodeError, Message
 
 from ._typeurls import CLUSTER, ENDPOINT, EXTENSION_CONFIG, LISTENER, ROUTE, SCOPED_ROUTE, SECRET
 
-__all__ = ["Reference", "references", "unresolvable"]
+__all__ = ["Reference", "has_references", "references", "unresolvable"]
 
 _M = TypeVar("_M", bound=Message)
 _EDS = cluster_pb2.Cluster.DiscoveryType.Value("EDS")
@@ -61,6 +61,11 @@ def references(type_url: str, body: bytes) -> tuple[Reference, ...]:
     except DecodeError:
         return ()
     return tuple(sorted(found))
+
+
+def has_references(type_url: str) -> bool:
+    """Whether resources of ``type_url`` can refer to others at all."""
+    return type_url in _EXTRACTORS
 
 
 def unresolvable(type_url: str, body: bytes) -> tuple[str, ...]:

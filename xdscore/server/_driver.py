@@ -1,0 +1,357 @@
+"""The one stream driver: bytes in, records through a state machine, bytes out.
+
+A transport hands the driver a :class:`ByteStream` (one gRPC stream as message bytes) and
+nothing else. The driver decodes each message with the wire codec, refusing one larger
+than the limit before decoding it, feeds it to the machine, and writes what the machine
+answers, encoded. Two tasks under one task group do this: one reads, one writes, so a
+peer that stops reading never stops the driver from reading, and a slow reader gets the
+latest state when it is ready, never a backlog. The driver holds no protocol rule.
+
+:class:`ServerDriver` runs a server machine against a cache: it writes whatever the
+machine says is due whenever a request arrived or the cache changed. :class:`ClientDriver`
+runs a client machine the way Envoy does: it ACKs or NACKs every response and, if asked,
+subscribes to what the held resources refer to. Both end quietly when the peer goes away
+(:class:`~xdscore.StreamClosed`) and raise the :class:`~xdscore.ProtocolError` that ended
+the stream otherwise, for the transport to turn into a gRPC status.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Generic, Protocol, TypeVar
+
+import anyio
+import anyio.abc
+import attrs
+
+from .._errors import GrpcStatus, ProtocolError, RemoteProtocolError, StreamClosed
+from ..protocol._delta_client import DeltaClient
+from ..protocol._delta_server import DeltaResponse
+from ..protocol._events import Event, NodeIdentified, ResponseAcked, ResponseNacked
+from ..protocol._follow import Follower
+from ..protocol._sotw_client import SotwClient
+from ..protocol._sotw_server import SotwResponse
+from ..protocol._state import ProtocolName
+from ..protocol._view import ResourceView
+from ..wire import _client_codec, _codec
+from ..wire._records import (
+    DeltaDiscoveryRequest,
+    DeltaDiscoveryResponse,
+    DiscoveryRequest,
+    DiscoveryResponse,
+    Node,
+)
+from ._callbacks import ServerCallbacks, StreamInfo
+from ._wakeup import Wakeup
+
+__all__ = [
+    "DELTA",
+    "SOTW",
+    "ByteStream",
+    "ClientDriver",
+    "OnResponse",
+    "ServerCodec",
+    "ServerDriver",
+    "ServerMachine",
+    "call_back",
+]
+
+log = logging.getLogger("xdscore.server")
+
+_Request = TypeVar("_Request")
+_Response = TypeVar("_Response")
+_Request_in = TypeVar("_Request_in", contravariant=True)
+_Response_out = TypeVar("_Response_out", covariant=True)
+
+
+class ByteStream(Protocol):
+    """One gRPC stream as its transport gives it: message bytes each way."""
+
+    async def receive(self) -> bytes | None:
+        """The next message, or ``None`` once the peer closed its side.
+
+        Raises :class:`~xdscore.StreamClosed` when the peer went away.
+        """
+        ...
+
+    async def send(self, data: bytes) -> None:
+        """Write one message; raises :class:`~xdscore.StreamClosed` when the peer went away."""
+        ...
+
+
+class ServerMachine(Protocol[_Request_in, _Response_out]):
+    """What the driver needs of a server machine (:class:`~xdscore.protocol.SotwServer`,
+    :class:`~xdscore.protocol.DeltaServer`)."""
+
+    def receive(self, request: _Request_in) -> list[Event]: ...
+
+    def poll(self, view: ResourceView | None) -> Sequence[_Response_out]: ...
+
+
+def _checked(data: bytes, limit: int, what: str) -> bytes:
+    if len(data) > limit:
+        raise RemoteProtocolError(
+            f"a {what} of {len(data)} bytes exceeds the limit of {limit}",
+            GrpcStatus.RESOURCE_EXHAUSTED,
+        )
+    return data
+
+
+async def _run_pair(
+    reader: Callable[[], Awaitable[None]], writer: Callable[[], Awaitable[None]]
+) -> None:
+    """Run both loops until either ends; the peer going away is a clean end."""
+    failure: Exception | None = None
+
+    async def run(loop: Callable[[], Awaitable[None]], group: anyio.abc.TaskGroup) -> None:
+        await loop()
+        group.cancel_scope.cancel()
+
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(run, reader, group)
+            group.start_soon(run, writer, group)
+    except* StreamClosed:
+        pass
+    except* ProtocolError as errors:
+        failure = errors.exceptions[0]
+    except* Exception as errors:
+        failure = errors.exceptions[0]
+    if failure is not None:
+        raise failure
+
+
+@attrs.frozen
+class ServerCodec(Generic[_Request, _Response]):
+    """How one protocol's requests are decoded and responses encoded on the server."""
+
+    protocol: ProtocolName
+    decode: Callable[[bytes], _Request]
+    encode: Callable[[_Response, str], bytes]
+
+
+def _encode_sotw(response: SotwResponse, control_plane: str) -> bytes:
+    return _codec.encode_sotw_response(
+        version_info=response.version_info,
+        nonce=response.nonce,
+        body=response.selection.sotw_body,
+        control_plane=control_plane,
+    )
+
+
+def _encode_delta(response: DeltaResponse, control_plane: str) -> bytes:
+    return _codec.encode_delta_response(
+        type_url=response.type_url,
+        nonce=response.nonce,
+        system_version_info=response.system_version_info,
+        resources=response.resources,
+        removed=response.removed,
+        control_plane=control_plane,
+    )
+
+
+SOTW: ServerCodec[DiscoveryRequest, SotwResponse] = ServerCodec(
+    "sotw", _codec.decode_request, _encode_sotw
+)
+DELTA: ServerCodec[DeltaDiscoveryRequest, DeltaResponse] = ServerCodec(
+    "delta", _codec.decode_delta_request, _encode_delta
+)
+
+
+class _View(Protocol):
+    def view(self, node: Node) -> ResourceView | None: ...
+
+    def watch(self, node: Node, notify: Callable[[], None]) -> Callable[[], None]: ...
+
+
+class ServerDriver(Generic[_Request, _Response]):
+    """Serves one stream: requests into ``machine``, what it says is due out, from ``cache``.
+
+    ``info`` is the stream as ``callbacks`` see it; the driver fills in its node. A request
+    larger than ``max_request_bytes`` ends the stream with RESOURCE_EXHAUSTED.
+    """
+
+    def __init__(
+        self,
+        machine: ServerMachine[_Request, _Response],
+        codec: ServerCodec[_Request, _Response],
+        stream: ByteStream,
+        *,
+        cache: _View,
+        info: StreamInfo,
+        callbacks: ServerCallbacks,
+        max_request_bytes: int,
+        control_plane_id: str = "",
+    ) -> None:
+        self.machine = machine
+        self.info = info
+        self._codec = codec
+        self._stream = stream
+        self._cache = cache
+        self._callbacks = callbacks
+        self._limit = max_request_bytes
+        self._control_plane = control_plane_id
+        self._wake = Wakeup()
+        self._cancel_watch: Callable[[], None] | None = None
+
+    async def run(self) -> None:
+        """Serve until the client closes its side or goes away; raises :class:`ProtocolError`."""
+        try:
+            await _run_pair(self._read, self._write)
+        finally:
+            if self._cancel_watch is not None:
+                self._cancel_watch()
+
+    async def _read(self) -> None:
+        while True:
+            data = await self._stream.receive()
+            if data is None:
+                return
+            request = self._codec.decode(_checked(data, self._limit, "request"))
+            call_back(self._callbacks.on_request, self.info, request)
+            for event in self.machine.receive(request):
+                if isinstance(event, NodeIdentified):
+                    self.info.node = event.node
+                    self._cancel_watch = self._cache.watch(event.node, self._wake.set)
+                self._dispatch(event)
+            self._wake.set()
+
+    async def _write(self) -> None:
+        while True:
+            await self._wake.wait()
+            node = self.info.node
+            view = self._cache.view(node) if node is not None else None
+            for response in self.machine.poll(view):
+                await self._stream.send(self._codec.encode(response, self._control_plane))
+                call_back(self._callbacks.on_response, self.info, response)
+
+    def _dispatch(self, event: Event) -> None:
+        call_back(self._callbacks.on_event, self.info, event)
+        if isinstance(event, ResponseAcked):
+            call_back(self._callbacks.on_ack, self.info, event)
+        elif isinstance(event, ResponseNacked):
+            call_back(self._callbacks.on_nack, self.info, event)
+
+
+def call_back(method: Callable[..., None], *args: Any) -> None:
+    """Run a user callback: a protocol error it raises ends the stream; others are logged."""
+    try:
+        method(*args)
+    except ProtocolError:
+        raise
+    except Exception:
+        log.exception("callback %s failed; the stream carries on", method)
+
+
+OnResponse = Callable[[Any, Any], None]
+"""Called with each decoded response and the ACK or NACK the client sent for it."""
+
+
+class ClientDriver:
+    """Runs a client machine over a byte stream, as Envoy runs its xDS client.
+
+    Call :meth:`watch` (SotW) or :meth:`subscribe` / :meth:`unsubscribe` (Delta) to say
+    what the client wants, and :meth:`run` to process responses until the stream ends.
+    With ``follow``, the client also subscribes by name to what its resources refer to,
+    as Envoy subscribes to a cluster's endpoints and a listener's routes, and gRPC to a
+    route's clusters; types it watches with a wildcard are left alone. ``on_response`` sees
+    each response after the machine applied it. ``decode`` replaces the codec's response
+    decoder (a load generator shares one decoded response between its clients).
+    """
+
+    def __init__(
+        self,
+        machine: SotwClient | DeltaClient,
+        stream: ByteStream,
+        *,
+        follow: bool = True,
+        on_response: OnResponse | None = None,
+        decode: Callable[[bytes], DiscoveryResponse | DeltaDiscoveryResponse] | None = None,
+        max_response_bytes: int = 1 << 30,
+    ) -> None:
+        self.machine: SotwClient | DeltaClient = machine
+        self._stream = stream
+        self._delta = isinstance(machine, DeltaClient)
+        self._follower = Follower() if follow else None
+        self._on_response = on_response
+        if decode is None:
+            decode = (
+                _client_codec.decode_delta_response
+                if self._delta
+                else _client_codec.decode_response
+            )
+        self._decode = decode
+        self._limit = max_response_bytes
+
+    async def send(self, request: DiscoveryRequest | DeltaDiscoveryRequest) -> None:
+        """Encode and write one request the machine produced."""
+        if isinstance(request, DeltaDiscoveryRequest):
+            data = _client_codec.encode_delta_request(request)
+        else:
+            data = _client_codec.encode_request(request)
+        await self._stream.send(data)
+
+    async def watch(self, type_url: str, names: Sequence[str] | None) -> None:
+        """SotW: watch exactly ``names`` of ``type_url`` (``None``: legacy wildcard)."""
+        assert isinstance(self.machine, SotwClient)
+        await self.send(self.machine.watch(type_url, names))
+
+    async def subscribe(self, type_url: str, names: Sequence[str] = ()) -> None:
+        """Delta: subscribe to ``names`` (none on a first request: legacy wildcard)."""
+        assert isinstance(self.machine, DeltaClient)
+        await self.send(self.machine.subscribe(type_url, names))
+
+    async def unsubscribe(self, type_url: str, names: Sequence[str]) -> None:
+        """Delta: unsubscribe from ``names``."""
+        assert isinstance(self.machine, DeltaClient)
+        await self.send(self.machine.unsubscribe(type_url, names))
+
+    async def run(self) -> None:
+        """Apply responses until the server ends the stream; raises :class:`ProtocolError`."""
+        while True:
+            data = await self._stream.receive()
+            if data is None:
+                return
+            response = self._decode(_checked(data, self._limit, "response"))
+            answer = self._apply(response)
+            await self.send(answer)
+            if self._on_response is not None:
+                self._on_response(response, answer)
+            if self._follower is not None:
+                await self._follow(response.type_url)
+
+    def _apply(
+        self, response: DiscoveryResponse | DeltaDiscoveryResponse
+    ) -> DiscoveryRequest | DeltaDiscoveryRequest:
+        machine = self.machine
+        if isinstance(machine, SotwClient):
+            assert isinstance(response, DiscoveryResponse)
+            return machine.receive(response)
+        assert isinstance(response, DeltaDiscoveryResponse)
+        return machine.receive(response)
+
+    async def _follow(self, type_url: str) -> None:
+        assert self._follower is not None
+        changed = self._follower.update(type_url, self.machine.holds(type_url))
+        for target, names in changed.items():
+            await self._want(target, names)
+
+    async def _want(self, type_url: str, names: frozenset[str]) -> None:
+        machine = self.machine
+        if isinstance(machine, SotwClient):
+            state = machine.type_state(type_url)
+            if state is None and not names:
+                return  # an empty first request would mean the wildcard
+            if state is not None and state.subscription.wildcard:
+                return
+            await self.send(machine.watch(type_url, sorted(names)))
+            return
+        delta = machine.type_state(type_url)
+        if delta is not None and delta.wildcard:
+            return
+        current = set(delta.requested) if delta is not None else set()
+        if names - current:
+            await self.send(machine.subscribe(type_url, sorted(names - current)))
+        if current - names:
+            await self.send(machine.unsubscribe(type_url, sorted(current - names)))
