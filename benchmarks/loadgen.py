@@ -3,7 +3,10 @@
 Each client has its own channel (its own TCP connection), opens one ADS stream (SotW or
 Delta), asks for clusters and listeners (wildcard), then for the endpoints of the clusters
 it got and the route configurations its listener names, and ACKs everything, as Envoy does.
-It talks only the standard protocol, so any xDS server can be measured:
+The clients are xdscore's own Envoy-like client machines run by its client driver
+(``xdscore.server.ClientDriver``) over grpcio streams; responses with identical content are
+decoded once for the whole fleet, as one proxy would decode them, so the generator's own
+CPU stays low. It talks only the standard protocol, so any xDS server can be measured:
 
     python benchmarks/loadgen.py --target 127.0.0.1:18000 --clients 100 --clusters 1000
     python benchmarks/loadgen.py --clients 100 --clusters 1000 --server-cmd \\
@@ -31,53 +34,142 @@ import socket
 import statistics
 import sys
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
 from envoy.service.discovery.v3 import discovery_pb2
 
-from xdscore.wire._reader import name_field
-from xdscore.wire._references import references
+from xdscore import CLUSTER as CDS
+from xdscore import ENDPOINT as EDS
+from xdscore import LISTENER as LDS
+from xdscore import ROUTE as RDS
+from xdscore.protocol import (
+    DeltaClient,
+    DeltaDiscoveryResponse,
+    DiscoveryResponse,
+    Node,
+    Resource,
+    SotwClient,
+)
+from xdscore.server import ClientDriver
+from xdscore.wire import decode_response, make_node
 
 ADS = "/envoy.service.discovery.v3.AggregatedDiscoveryService/"
-CDS = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
-EDS = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
-LDS = "type.googleapis.com/envoy.config.listener.v3.Listener"
-RDS = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
 UNLIMITED = [
     ("grpc.max_receive_message_length", -1),
     ("grpc.max_send_message_length", -1),
     ("grpc.use_local_subchannel_pool", 1),
 ]
+_MEMO = 64
+"""Distinct SotW response contents remembered by the shared decoder."""
+_DELTA_MEMO = 500_000
+"""Distinct Delta resources remembered by the shared decoder."""
+
+
+class GrpcioStream:
+    """One grpcio stream-stream call as a byte stream for the client driver."""
+
+    def __init__(self, call: Any) -> None:
+        self._call = call
+        self.received_bytes = 0
+
+    async def receive(self) -> bytes | None:
+        data = await self._call.read()
+        if data is grpc.aio.EOF:
+            return None
+        self.received_bytes += len(data)
+        return bytes(data)
+
+    async def send(self, data: bytes) -> None:
+        await self._call.write(data)
+
+
+class SharedDecoder:
+    """Decodes responses for the whole fleet: content seen by one client is decoded once.
+
+    Every client of one server gets the same resources for the same content, so SotW
+    responses are keyed by (type URL, version, resource count) and Delta resources by
+    (type URL, name, version); only the envelope (nonce, version) is read per client.
+    """
+
+    def __init__(self) -> None:
+        self._sotw: OrderedDict[tuple[str, str, int], tuple[Resource, ...]] = OrderedDict()
+        self._delta: dict[tuple[str, str, str], Resource] = {}
+
+    def sotw(self, data: bytes) -> DiscoveryResponse:
+        message = discovery_pb2.DiscoveryResponse.FromString(data)
+        key = (message.type_url, message.version_info, len(message.resources))
+        resources = self._sotw.get(key)
+        if resources is None:
+            resources = decode_response(data).resources
+            self._sotw[key] = resources
+            if len(self._sotw) > _MEMO:
+                self._sotw.popitem(last=False)
+        return DiscoveryResponse(
+            type_url=message.type_url,
+            version_info=message.version_info,
+            nonce=message.nonce,
+            resources=resources,
+        )
+
+    def delta(self, data: bytes) -> DeltaDiscoveryResponse:
+        message = discovery_pb2.DeltaDiscoveryResponse.FromString(data)
+        type_url = message.type_url
+        memo = self._delta
+        if len(memo) > _DELTA_MEMO:
+            memo.clear()
+        resources = []
+        for item in message.resources:
+            key = (type_url, item.name, item.version)
+            found = memo.get(key)
+            if found is None:
+                found = memo[key] = Resource(
+                    type_url=item.resource.type_url or type_url,
+                    name=item.name,
+                    body=item.resource.value,
+                    version=item.version,
+                    aliases=tuple(item.aliases),
+                )
+            resources.append(found)
+        return DeltaDiscoveryResponse(
+            type_url=type_url,
+            system_version_info=message.system_version_info,
+            nonce=message.nonce,
+            resources=tuple(resources),
+            removed_resources=tuple(message.removed_resources),
+        )
 
 
 @dataclass
 class Client:
-    """One simulated proxy: what it holds, and when it took each update."""
+    """One simulated proxy: its machine, and when it took each update."""
 
     index: int
-    delta: bool
-    node: bytes
-    names: dict[str, list[str]] = field(default_factory=dict)
-    held: dict[str, set[str]] = field(default_factory=dict)
-    versions: dict[str, str] = field(default_factory=dict)
-    nonces: dict[str, str] = field(default_factory=dict)
+    node: Node
+    stream: GrpcioStream | None = None
+    driver: ClientDriver | None = None
     responses: int = 0
-    bytes: int = 0
     converged_at: float = 0.0
     updated_at: float = 0.0
     eds_since_push: int = 0
     eds_version_at_push: str = ""
     error: str = ""
+    versions: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def bytes(self) -> int:
+        return self.stream.received_bytes if self.stream is not None else 0
 
     def converged(self, clusters: int) -> bool:
-        held = self.held
+        assert self.driver is not None
+        machine = self.driver.machine
         return (
-            len(held.get(CDS, ())) == clusters
-            and len(held.get(EDS, ())) == clusters
-            and len(held.get(LDS, ())) >= 1
-            and len(held.get(RDS, ())) >= 1
+            len(machine.holds(CDS)) == clusters
+            and len(machine.holds(EDS)) == clusters
+            and len(machine.holds(LDS)) >= 1
+            and len(machine.holds(RDS)) >= 1
         )
 
 
@@ -89,7 +181,8 @@ class Fleet:
         self.clusters = clusters
         self.delta = delta
         self.clients = [
-            Client(index=i, delta=delta, node=_node(f"loadgen-{i}")) for i in range(clients)
+            Client(index=i, node=make_node(id=f"loadgen-{i}", cluster="loadgen"))
+            for i in range(clients)
         ]
         self.all_converged = asyncio.Event()
         self.all_updated = asyncio.Event()
@@ -97,125 +190,52 @@ class Fleet:
         self.expected_changes = clusters
         self._converged = 0
         self._updated = 0
-        self._name_cache: dict[tuple[str, str, int], set[str]] = {}
+        self._decoder = SharedDecoder()
 
     async def run_client(self, client: Client) -> None:
         channel = grpc.aio.insecure_channel(self.target, options=UNLIMITED)
         method = "DeltaAggregatedResources" if self.delta else "StreamAggregatedResources"
         call = channel.stream_stream(ADS + method)()
+        client.stream = GrpcioStream(call)
+        machine = DeltaClient(node=client.node) if self.delta else SotwClient(node=client.node)
+        driver = ClientDriver(
+            machine,
+            client.stream,
+            on_response=lambda response, _: self._observe(client, response),
+            decode=self._decoder.delta if self.delta else self._decoder.sotw,
+        )
+        client.driver = driver
         try:
             if self.delta:
-                await self._delta(client, call)
+                await driver.subscribe(CDS)
+                await driver.subscribe(LDS)
             else:
-                await self._sotw(client, call)
+                await driver.watch(CDS, None)
+                await driver.watch(LDS, None)
+            await driver.run()
         except (grpc.aio.AioRpcError, asyncio.CancelledError) as exc:
             client.error = str(exc)[:200]
         finally:
             call.cancel()
             await channel.close()
 
-    async def _sotw(self, client: Client, call: Any) -> None:
-        async def request(type_url: str, names: list[str]) -> None:
-            client.names[type_url] = names
-            message = discovery_pb2.DiscoveryRequest(
-                type_url=type_url,
-                version_info=client.versions.get(type_url, ""),
-                resource_names=names,
-                response_nonce=client.nonces.get(type_url, ""),
-            )
-            message.node.ParseFromString(client.node)
-            await call.write(message.SerializeToString())
-
-        await request(CDS, [])
-        await request(LDS, [])
-        while True:
-            data = await call.read()
-            if data is grpc.aio.EOF:
-                return
-            response = discovery_pb2.DiscoveryResponse.FromString(data)
-            type_url = response.type_url
-            client.responses += 1
-            client.bytes += len(data)
+    def _observe(self, client: Client, response: Any) -> None:
+        client.responses += 1
+        type_url = response.type_url
+        if self.delta:
+            if type_url == EDS and self.pushing and not client.updated_at:
+                client.eds_since_push += len(response.resources)
+                if client.eds_since_push >= self.expected_changes:
+                    self._mark_updated(client)
+        else:
             client.versions[type_url] = response.version_info
-            client.nonces[type_url] = response.nonce
-            if type_url in (CDS, LDS):
-                client.held[type_url] = set(self._names(response))
-            elif len(client.held.get(type_url, ())) < len(client.names.get(type_url, ())):
-                # Names matter only until the client holds everything it asked for.
-                client.held.setdefault(type_url, set()).update(self._names(response))
-            await request(type_url, client.names.get(type_url, []))
-            if type_url == CDS:
-                wanted = sorted(client.held[CDS])
-                if wanted != client.names.get(EDS):
-                    await request(EDS, wanted)
-            elif type_url == LDS:
-                routes = sorted(_route_names(response.resources))
-                if routes != client.names.get(RDS):
-                    await request(RDS, routes)
-            elif (
+            if (
                 type_url == EDS
                 and self.pushing
                 and not client.updated_at
                 and response.version_info != client.eds_version_at_push
             ):
                 self._mark_updated(client)
-            self._check_converged(client)
-
-    async def _delta(self, client: Client, call: Any) -> None:
-        async def subscribe(type_url: str, names: list[str]) -> None:
-            message = discovery_pb2.DeltaDiscoveryRequest(
-                type_url=type_url, resource_names_subscribe=names
-            )
-            if not client.names:
-                message.node.ParseFromString(client.node)
-            client.names.setdefault(type_url, []).extend(names)
-            await call.write(message.SerializeToString())
-
-        await subscribe(CDS, [])
-        await subscribe(LDS, [])
-        while True:
-            data = await call.read()
-            if data is grpc.aio.EOF:
-                return
-            response = discovery_pb2.DeltaDiscoveryResponse.FromString(data)
-            type_url = response.type_url
-            client.responses += 1
-            client.bytes += len(data)
-            held = client.held.setdefault(type_url, set())
-            held.update(r.name for r in response.resources)
-            held.difference_update(response.removed_resources)
-            ack = discovery_pb2.DeltaDiscoveryRequest(
-                type_url=type_url, response_nonce=response.nonce
-            )
-            await call.write(ack.SerializeToString())
-            if type_url == CDS:
-                new = sorted(held - set(client.names.get(EDS, ())))
-                if new:
-                    await subscribe(EDS, new)
-            elif type_url == LDS:
-                routes = _route_names(r.resource for r in response.resources)
-                new = sorted(routes - set(client.names.get(RDS, ())))
-                if new:
-                    await subscribe(RDS, new)
-            elif type_url == EDS and self.pushing and not client.updated_at:
-                client.eds_since_push += len(response.resources)
-                if client.eds_since_push >= self.expected_changes:
-                    self._mark_updated(client)
-            self._check_converged(client)
-
-    def _names(self, response: Any) -> set[str]:
-        """Resource names of a SotW response, read once per distinct response body.
-
-        Every client of one server gets byte-identical responses for the same content, so
-        the fleet reads names once, like one proxy would, instead of once per client.
-        """
-        key = (response.type_url, response.version_info, len(response.resources))
-        names = self._name_cache.get(key)
-        if names is None:
-            names = self._name_cache[key] = {name_field(r.value) for r in response.resources}
-        return names
-
-    def _check_converged(self, client: Client) -> None:
         if not client.converged_at and client.converged(self.clusters):
             client.converged_at = time.monotonic()
             self._converged += 1
@@ -237,22 +257,6 @@ class Fleet:
             client.eds_since_push = 0
             client.eds_version_at_push = client.versions.get(EDS, "")
         self.pushing = True
-
-
-def _node(node_id: str) -> bytes:
-    from envoy.config.core.v3 import base_pb2
-
-    node = base_pb2.Node(id=node_id, cluster="loadgen", user_agent_name="xdscore-loadgen")
-    return bytes(node.SerializeToString())
-
-
-def _route_names(resources: Any) -> set[str]:
-    names = set()
-    for item in resources:
-        for ref in references(LDS, item.value):
-            if ref.type_url == RDS:
-                names.add(ref.name)
-    return names
 
 
 class ServerProcess:

@@ -108,12 +108,15 @@ class SotwClient:
         return self._request(type_url, state, state.version_info, listed)
 
     def receive(self, response: DiscoveryResponse) -> DiscoveryRequest:
-        """Apply a response; return the ACK or NACK to send."""
+        """Apply a response; return the ACK or NACK to send.
+
+        Raises :class:`~xdscore.LocalProtocolError` for a type the client never watched.
+        """
         type_url = response.type_url
         state = self._types.get(type_url)
         if state is None:
             raise LocalProtocolError(f"response for {type_url!r}, which the client never watched")
-        error = self._malformed(response)
+        by_name, error = _index(response)
         if error is not None:
             return self._reject(state, response, error)
         if state.subscription.empty:
@@ -121,7 +124,12 @@ class SotwClient:
             state = attrs.evolve(state, nonce=response.nonce)
             self._types[type_url] = state
             return self._request(type_url, state, state.version_info, None)
-        wanted = {r.name: r for r in response.resources if state.subscription.wants(r.name)}
+        subscription = state.subscription
+        if subscription.wildcard:
+            wanted = by_name
+        else:
+            names = subscription.names
+            wanted = {name: r for name, r in by_name.items() if name in names}
         invalid = self._invalid(type_url, wanted.values())
         for name in invalid:
             # Keep what was held before (or nothing): the rest of the response still applies.
@@ -176,20 +184,6 @@ class SotwClient:
             requests.append(self._request(type_url, state, state.version_info, None))
         return requests
 
-    def _malformed(self, response: DiscoveryResponse) -> str | None:
-        """Why the response as a whole must be rejected, if it must."""
-        seen: set[str] = set()
-        for resource in response.resources:
-            if resource.type_url != response.type_url:
-                return (
-                    f"resource type {resource.type_url} does not match "
-                    f"response type {response.type_url}"
-                )
-            if resource.name in seen:
-                return f"duplicate resource name {resource.name!r}"
-            seen.add(resource.name)
-        return None
-
     def _request(
         self,
         type_url: str,
@@ -215,3 +209,18 @@ class SotwClient:
             error_detail=error,
             node=node,
         )
+
+
+def _index(response: DiscoveryResponse) -> tuple[dict[str, Resource], str | None]:
+    """The response's resources by name, or why the response as a whole must be rejected."""
+    by_name: dict[str, Resource] = {}
+    type_url = response.type_url
+    for resource in response.resources:
+        if resource.type_url != type_url:
+            return by_name, (
+                f"resource type {resource.type_url} does not match response type {type_url}"
+            )
+        if resource.name in by_name:
+            return by_name, f"duplicate resource name {resource.name!r}"
+        by_name[resource.name] = resource
+    return by_name, None

@@ -1,6 +1,7 @@
 """Helpers for testing control planes against real peers (public API)."""
 
 from ._envoy import Envoy, EnvoyError, envoy_binary, envoy_bootstrap
+from ._memory import MemoryByteStream, byte_stream_pair
 from ._net import HttpBackend, free_port, http_get
 from ._pair import DeltaPair, SotwPair
 
@@ -9,7 +10,9 @@ __all__ = [
     "Envoy",
     "EnvoyError",
     "HttpBackend",
+    "MemoryByteStream",
     "SotwPair",
+    "byte_stream_pair",
     "envoy_binary",
     "envoy_bootstrap",
     "free_port",

@@ -66,9 +66,42 @@ def fields(data: bytes) -> Iterator[tuple[int, int, bytes | int]]:
 
 
 def name_field(body: bytes, number: int = 1) -> str:
-    """The string in field ``number`` of ``body`` (the last one wins, as in protobuf)."""
-    name = ""
-    for field_number, wire_type, value in fields(body):
-        if field_number == number and wire_type == _LEN and isinstance(value, bytes):
-            name = value.decode()
-    return name
+    """The string in field ``number`` of ``body`` (the last one wins, as in protobuf).
+
+    Walks the top-level fields without copying any but the one it returns.
+    """
+    name = b""
+    offset = 0
+    end = len(body)
+    while offset < end:
+        key = body[offset]
+        if key < 0x80:
+            offset += 1
+        else:
+            key, offset = _varint(body, offset)
+        wire_type = key & 7
+        if wire_type == _LEN:
+            length = body[offset] if offset < end else 0x80
+            if length < 0x80:
+                offset += 1
+            else:
+                length, offset = _varint(body, offset)
+            stop = offset + length
+            if stop > end:
+                raise WireError("truncated length-delimited field")
+            if key >> 3 == number:
+                name = body[offset:stop]
+            offset = stop
+        elif wire_type == _VARINT:
+            _, offset = _varint(body, offset)
+        elif wire_type == _I64:
+            offset += 8
+        elif wire_type == _I32:
+            offset += 4
+        else:
+            raise WireError(f"unsupported wire type {wire_type}")
+        if key >> 3 == 0:
+            raise WireError("field number 0")
+    if offset > end:
+        raise WireError("truncated field")
+    return name.decode()

@@ -1,0 +1,259 @@
+"""The stream driver in memory: real machines, real codec, no network and no sleeps.
+
+A :class:`~xdscore.server.ClientDriver` and :meth:`XdsServer.run_stream` are joined by
+:func:`~xdscore.testing.byte_stream_pair`; every wait is on an event, under a deadline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+import anyio
+import anyio.abc
+import attrs
+import pytest
+
+from xdscore import (
+    CLUSTER,
+    ENDPOINT,
+    LISTENER,
+    ROUTE,
+    GrpcStatus,
+    RemoteProtocolError,
+    ServerCallbacks,
+    Snapshot,
+    SnapshotCache,
+    StreamInfo,
+    StreamLimits,
+    XdsServer,
+    same_for_all,
+)
+from xdscore import builders as b
+from xdscore.protocol import DeltaClient, DiscoveryRequest, SotwClient, SotwResponse
+from xdscore.server import ClientDriver
+from xdscore.testing import MemoryByteStream, byte_stream_pair
+from xdscore.wire import encode_request, make_node
+
+pytestmark = pytest.mark.anyio
+DEADLINE = 5.0
+NODE = make_node(id="driver-test")
+
+
+def config(port: int, clusters: tuple[str, ...] = ("a", "b")) -> Snapshot:
+    return Snapshot(
+        [
+            *(b.eds_cluster(name) for name in clusters),
+            *(b.load_assignment(name, [("10.0.0.1", port)]) for name in clusters),
+            b.http_listener("l", 10000, "r"),
+            b.route_configuration("r", [("/", clusters[0])]),
+        ]
+    )
+
+
+@attrs.define
+class Recorder(ServerCallbacks):
+    """Remembers what the server reported, and signals each change."""
+
+    closed: list[tuple[int, BaseException | None]] = attrs.field(factory=list)
+    responses: list[SotwResponse | object] = attrs.field(factory=list)
+    changed: anyio.Event = attrs.field(factory=anyio.Event)
+
+    def on_stream_close(self, stream: StreamInfo, error: BaseException | None) -> None:
+        self.closed.append((stream.id, error))
+        self.signal()
+
+    def on_event(self, stream: StreamInfo, event: object) -> None:
+        self.signal()
+
+    def on_response(self, stream: StreamInfo, response: object) -> None:
+        self.responses.append(response)
+        self.signal()
+
+    def client_saw(self, response: object, answer: object) -> None:
+        """A ClientDriver ``on_response`` hook that wakes the waiters too."""
+        self.signal()
+
+    def signal(self) -> None:
+        self.changed.set()
+        self.changed = anyio.Event()
+
+
+async def until(condition: Callable[[], bool], wake: Callable[[], anyio.Event]) -> None:
+    """Wait, under the deadline, until ``condition`` holds, re-checking at each wake-up."""
+    with anyio.fail_after(DEADLINE):
+        while not condition():
+            await wake().wait()
+
+
+@attrs.define
+class Rig:
+    """A server on one end of a memory stream; the test holds the other end."""
+
+    server: XdsServer
+    cache: SnapshotCache
+    recorder: Recorder
+    client_end: MemoryByteStream
+    server_end: MemoryByteStream
+    outcome: list[BaseException | None]
+    group: anyio.abc.TaskGroup
+
+
+@asynccontextmanager
+async def rig(
+    *, buffer: int = 0, protocol: str = "sotw", limits: StreamLimits | None = None
+) -> AsyncIterator[Rig]:
+    cache = SnapshotCache(group=same_for_all)
+    recorder = Recorder()
+    server = XdsServer(cache, callbacks=recorder, limits=limits)
+    client_end, server_end = byte_stream_pair(buffer)
+    outcome: list[BaseException | None] = []
+
+    async def serve() -> None:
+        try:
+            await server.run_stream(server_end, protocol=protocol)  # type: ignore[arg-type]
+        except Exception as exc:
+            outcome.append(exc)
+        else:
+            outcome.append(None)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(serve)
+        yield Rig(server, cache, recorder, client_end, server_end, outcome, group)
+        group.cancel_scope.cancel()
+
+
+async def test_a_sotw_client_converges_and_follows_a_change() -> None:
+    async with rig() as r:
+        r.cache.set_snapshot(None, config(80))
+        client = ClientDriver(
+            SotwClient(node=NODE), r.client_end, on_response=r.recorder.client_saw
+        )
+        r.group.start_soon(client.run)
+        await client.watch(CLUSTER, None)
+        await client.watch(LISTENER, None)
+        machine = client.machine
+        assert isinstance(machine, SotwClient)
+
+        def holds(snapshot: Snapshot) -> bool:
+            return all(
+                {n: x.version for n, x in machine.holds(t).items()}
+                == {n: x.version for n, x in (snapshot.resources(t) or {}).items()}
+                for t in (CLUSTER, ENDPOINT, LISTENER, ROUTE)
+            )
+
+        first = config(80)
+        await until(lambda: holds(first), lambda: r.recorder.changed)
+        second = config(81, ("a", "c"))
+        r.cache.set_snapshot(None, second)
+        await until(lambda: holds(second), lambda: r.recorder.changed)
+        assert set(machine.holds(ENDPOINT)) == {"a", "c"}  # it followed the new cluster
+
+
+async def test_a_delta_client_converges_over_the_same_driver() -> None:
+    async with rig(protocol="delta") as r:
+        r.cache.set_snapshot(None, config(80))
+        client = ClientDriver(
+            DeltaClient(node=NODE), r.client_end, on_response=r.recorder.client_saw
+        )
+        r.group.start_soon(client.run)
+        await client.subscribe(CLUSTER)
+        await client.subscribe(LISTENER)
+        machine = client.machine
+        assert isinstance(machine, DeltaClient)
+        await until(
+            lambda: (
+                set(machine.holds(ENDPOINT)) == {"a", "b"} and set(machine.holds(ROUTE)) == {"r"}
+            ),
+            lambda: r.recorder.changed,
+        )
+
+
+@pytest.mark.parametrize(
+    ("data", "status"),
+    [
+        (b"\xff\xff\xff", GrpcStatus.INVALID_ARGUMENT),
+        (encode_request(DiscoveryRequest(type_url=CLUSTER)), GrpcStatus.INVALID_ARGUMENT),
+        (b"\x0a" + bytes([120]) + b"x" * 120, GrpcStatus.RESOURCE_EXHAUSTED),
+    ],
+    ids=["malformed", "no-node", "too-large"],
+)
+async def test_a_protocol_error_ends_the_stream_with_its_status(
+    data: bytes, status: GrpcStatus
+) -> None:
+    async with rig(limits=StreamLimits(max_request_bytes=100)) as r:
+        await r.client_end.send(data)
+        await until(lambda: bool(r.outcome), lambda: r.recorder.changed)
+        (error,) = r.outcome
+        assert isinstance(error, RemoteProtocolError)
+        assert error.status is status
+        assert r.recorder.closed == [(1, error)]
+        assert list(r.server.streams()) == []
+
+
+async def test_a_client_gone_mid_write_is_a_clean_end_and_releases_the_watch() -> None:
+    async with rig(buffer=0) as r:
+        r.cache.set_snapshot(None, config(80))
+        request = SotwClient(node=NODE).watch(CLUSTER, None)
+        await r.client_end.send(encode_request(request))
+        with anyio.fail_after(DEADLINE):
+            await r.server_end.writing.wait()  # the cluster response, which nobody reads
+        assert r.recorder.responses == []
+        assert r.cache.watcher_count() == 1
+        r.client_end.reset()
+        await until(lambda: bool(r.outcome), lambda: r.recorder.changed)
+        assert r.outcome == [None]
+        assert r.recorder.closed == [(1, None)]
+        assert r.cache.watcher_count() == 0
+
+
+async def test_a_slow_reader_gets_the_latest_state_not_a_backlog() -> None:
+    async with rig(buffer=0) as r:
+        r.cache.set_snapshot(None, config(80))
+        machine = SotwClient(node=NODE)
+        await r.client_end.send(encode_request(machine.watch(CLUSTER, None)))
+        with anyio.fail_after(DEADLINE):
+            await r.server_end.writing.wait()  # the first response, which nobody reads yet
+        for port in (81, 82, 83):  # three changes while the client reads nothing
+            r.cache.set_snapshot(None, config(port, ("a", f"p{port}")))
+        latest = r.cache.snapshot(None)
+        assert latest is not None
+        versions = []
+        client = ClientDriver(
+            machine,
+            r.client_end,
+            follow=False,
+            on_response=lambda response, _: (
+                versions.append(response.version_info),
+                r.recorder.signal(),
+            ),
+        )
+        r.group.start_soon(client.run)
+        await until(lambda: len(versions) == 2, lambda: r.recorder.changed)
+        assert versions == [config(80).version(CLUSTER), latest.version(CLUSTER)]
+        assert len(r.recorder.responses) == 2
+
+
+async def test_closing_the_server_cancels_its_streams() -> None:
+    async with rig() as r:
+        r.cache.set_snapshot(None, config(80))
+        client = ClientDriver(SotwClient(node=NODE), r.client_end)
+        r.group.start_soon(client.run)
+        await client.watch(CLUSTER, None)
+        await until(lambda: bool(r.recorder.responses), lambda: r.recorder.changed)
+        r.server.close()
+        await until(lambda: bool(r.outcome), lambda: r.recorder.changed)
+        assert r.outcome == [None]
+        assert list(r.server.streams()) == []
+        assert r.cache.watcher_count() == 0
+        with pytest.raises(RemoteProtocolError) as refused:
+            await r.server.run_stream(byte_stream_pair()[1], protocol="sotw")
+        assert refused.value.status is GrpcStatus.UNAVAILABLE
+
+
+async def test_a_client_closing_its_side_ends_the_stream_cleanly() -> None:
+    async with rig() as r:
+        r.client_end.close()
+        await until(lambda: bool(r.outcome), lambda: r.recorder.changed)
+        assert r.outcome == [None]
+        assert r.recorder.closed == [(1, None)]
