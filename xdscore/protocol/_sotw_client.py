@@ -29,6 +29,7 @@ Like Envoy:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import attrs
@@ -125,7 +126,7 @@ class SotwClient:
             self._types[type_url] = state
             return self._request(type_url, state, state.version_info, None)
         subscription = state.subscription
-        if subscription.wildcard:
+        if subscription.wildcard or by_name.keys() <= subscription.names:
             wanted = by_name
         else:
             names = subscription.names
@@ -139,7 +140,10 @@ class SotwClient:
             else:
                 wanted[name] = old
         full_state = type_info(type_url).sotw_full_state
-        resources = wanted if full_state else {**state.resources, **wanted}
+        if full_state or state.resources.keys() <= wanted.keys():
+            resources = wanted
+        else:
+            resources = {**state.resources, **wanted}
         state = attrs.evolve(state, resources=resources)
         if invalid:
             return self._reject(state, response, "; ".join(invalid.values()))
@@ -194,11 +198,7 @@ class SotwClient:
         error: ErrorDetail | None = None,
     ) -> DiscoveryRequest:
         if listed is None:
-            subscription = state.subscription
-            names = sorted(subscription.names)
-            if subscription.wildcard and not subscription.legacy:
-                names = [WILDCARD, *names]
-            listed = tuple(names)
+            listed = _listing(state.subscription)
         node = None if self._node_once and self._node_sent else self.node
         self._node_sent = True
         return DiscoveryRequest(
@@ -211,16 +211,28 @@ class SotwClient:
         )
 
 
+@functools.lru_cache(maxsize=1024)
+def _listing(subscription: Subscription) -> tuple[str, ...]:
+    """The ``resource_names`` that ask for ``subscription``, in a stable order."""
+    names = sorted(subscription.names)
+    if subscription.wildcard and not subscription.legacy:
+        names.insert(0, WILDCARD)
+    return tuple(names)
+
+
 def _index(response: DiscoveryResponse) -> tuple[dict[str, Resource], str | None]:
     """The response's resources by name, or why the response as a whole must be rejected."""
-    by_name: dict[str, Resource] = {}
+    resources = response.resources
     type_url = response.type_url
-    for resource in response.resources:
-        if resource.type_url != type_url:
-            return by_name, (
-                f"resource type {resource.type_url} does not match response type {type_url}"
-            )
-        if resource.name in by_name:
-            return by_name, f"duplicate resource name {resource.name!r}"
-        by_name[resource.name] = resource
+    names = [resource.name for resource in resources]
+    by_name = dict(zip(names, resources, strict=True))
+    if len(by_name) != len(names):
+        seen: set[str] = set()
+        for name in names:
+            if name in seen:
+                return by_name, f"duplicate resource name {name!r}"
+            seen.add(name)
+    strays = {resource.type_url for resource in resources} - {type_url}
+    if strays:
+        return by_name, f"resource type {min(strays)} does not match response type {type_url}"
     return by_name, None
