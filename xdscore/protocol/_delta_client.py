@@ -91,7 +91,11 @@ class DeltaClient:
         return list(self._types)
 
     def subscribe(self, type_url: str, names: Iterable[str] = ()) -> DeltaDiscoveryRequest:
-        """Subscribe to ``names`` (``*`` for the wildcard); none on a first request is legacy."""
+        """Subscribe to ``names`` (``*`` for the wildcard); return the request to send.
+
+        No names on the first request of a wildcard-capable type is the legacy wildcard.
+        Names held through the wildcard become explicitly requested, keeping their version.
+        """
         added = tuple(sorted(set(names)))
         state = self._types.get(type_url)
         if state is None:
@@ -119,7 +123,12 @@ class DeltaClient:
         return self._request(type_url, subscribe=added)
 
     def unsubscribe(self, type_url: str, names: Iterable[str]) -> DeltaDiscoveryRequest:
-        """Unsubscribe from ``names`` (``*`` leaves the wildcard)."""
+        """Unsubscribe from ``names`` (``*`` leaves the wildcard); return the request to send.
+
+        Under the wildcard, unsubscribed names stay held (ambiguous) until the server says
+        whether they remain in it. Raises :class:`~xdscore.LocalProtocolError` for a type
+        never subscribed to.
+        """
         state = self._types.get(type_url)
         if state is None:
             raise LocalProtocolError(f"never subscribed to {type_url!r}")
@@ -148,7 +157,12 @@ class DeltaClient:
         return self._request(type_url, unsubscribe=removed)
 
     def receive(self, response: DeltaDiscoveryResponse) -> DeltaDiscoveryRequest:
-        """Apply a response; return the ACK or NACK (nonce, and ``error_detail`` if NACK)."""
+        """Apply a response; return the ACK or NACK (nonce, and ``error_detail`` if NACK).
+
+        A response with a repeated name, or a name both updated and removed, is rejected
+        whole; otherwise its valid part applies even when it is NACKed. Raises
+        :class:`~xdscore.LocalProtocolError` for a type never subscribed to (state unchanged).
+        """
         type_url = response.type_url
         state = self._types.get(type_url)
         if state is None:
@@ -208,7 +222,8 @@ class DeltaClient:
         return found
 
     def reconnect(self) -> list[DeltaDiscoveryRequest]:
-        """The first requests of a new stream, one per subscribed type."""
+        """The first requests of a new stream, one per subscribed type, listing what is held
+        in ``initial_resource_versions``; nonces are forgotten, held resources kept."""
         self._node_sent = False
         requests = []
         for type_url, state in self._types.items():

@@ -89,7 +89,12 @@ class SotwClient:
         return list(self._types)
 
     def watch(self, type_url: str, names: Iterable[str] | None) -> DiscoveryRequest:
-        """Watch exactly ``names`` of ``type_url`` (``None``: legacy wildcard)."""
+        """Watch exactly ``names`` of ``type_url`` (``None``: legacy wildcard); return the
+        request to send.
+
+        Resources no longer watched are dropped at once. Raises
+        :class:`~xdscore.LocalProtocolError` for ``None`` on a type that has no wildcard.
+        """
         info = type_info(type_url)
         previous = self._types.get(type_url)
         listed = () if names is None else tuple(sorted(set(names)))
@@ -111,7 +116,9 @@ class SotwClient:
     def receive(self, response: DiscoveryResponse) -> DiscoveryRequest:
         """Apply a response; return the ACK or NACK to send.
 
-        Raises :class:`~xdscore.LocalProtocolError` for a type the client never watched.
+        The valid part of the response is applied even when it is NACKed (the version stays
+        the last accepted one). Raises :class:`~xdscore.LocalProtocolError` for a type the
+        client never watched; the client's state is then unchanged.
         """
         type_url = response.type_url
         state = self._types.get(type_url)
@@ -177,7 +184,8 @@ class SotwClient:
         return found
 
     def reconnect(self) -> list[DiscoveryRequest]:
-        """Forget nonces (they do not survive a stream) and re-request every watched type."""
+        """The first requests of a new stream: every watched type with its last accepted
+        version and no nonce (nonces do not survive a stream). Held resources are kept."""
         self._node_sent = False
         requests = []
         for type_url, state in self._types.items():
