@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -13,7 +13,7 @@ from ..wire._records import Node
 from ..wire._resource import Resource
 from ._interface import Cancel, Notify
 from ._snapshot import select
-from ._watchers import Watchers
+from ._watchers import Updates, Watchers
 
 __all__ = ["LinearCache"]
 
@@ -89,6 +89,7 @@ class LinearCache:
         self._history: tuple[tuple[Mapping[str, Resource], frozenset[str]], ...] = ()
         self._last: Mapping[str, Resource] | None = None
         self._watchers = Watchers()
+        self._updates = Updates()
         self.update(put=resources)
 
     @property
@@ -143,6 +144,7 @@ class LinearCache:
             self._generation += 1
             self._view = None
             self._watchers.notify_all()
+            self._updates.tell((self.type_url,))
 
     def _coerce(self, item: Resource | Any, name: str | None) -> Resource:
         resource = (
@@ -165,6 +167,10 @@ class LinearCache:
             self._last = current
             self._view = _LinearView(self.type_url, current, self._generation, self._history)
         return self._view
+
+    def on_update(self, callback: Callable[[str], None]) -> Cancel:
+        """Call ``callback(type_url)`` after every write that changed something."""
+        return self._updates.add(callback)
 
     def watch(self, node: Node, notify: Notify) -> Cancel:
         """Call ``notify`` after every write that changed something."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from ..protocol._subscription import Subscription
 from ..protocol._view import ResourceView, Selection
@@ -68,6 +68,20 @@ class MuxCache:
         routes = {url: views[id(cache)] for url, cache in self._routes.items()}
         default = views[id(self._default)] if self._default is not None else None
         return _MuxView(routes, default)
+
+    def on_update(self, callback: Callable[[str], None]) -> Cancel:
+        """Forward ``callback`` to every routed cache that reports its updates."""
+        cancels = []
+        for cache in self._caches:
+            observe = getattr(cache, "on_update", None)
+            if observe is not None:
+                cancels.append(observe(callback))
+
+        def cancel() -> None:
+            for each in cancels:
+                each()
+
+        return cancel
 
     def watch(self, node: Node, notify: Notify) -> Cancel:
         """Watch every routed cache; the returned callable cancels them all."""

@@ -7,7 +7,7 @@ from collections.abc import Callable, Hashable
 from ..wire._records import Node
 from ._interface import Cancel, Notify
 from ._snapshot import Snapshot, SnapshotError
-from ._watchers import Watchers
+from ._watchers import Updates, Watchers
 
 __all__ = ["NodeGroup", "SnapshotCache", "by_node_id", "same_for_all"]
 
@@ -38,6 +38,7 @@ class SnapshotCache:
         self._check = check_consistency
         self._snapshots: dict[Hashable, Snapshot] = {}
         self._watchers = Watchers()
+        self._updates = Updates()
 
     def key(self, node: Node) -> Hashable:
         """The group key of ``node``."""
@@ -53,8 +54,10 @@ class SnapshotCache:
             problems = snapshot.inconsistencies()
             if problems:
                 raise SnapshotError("; ".join(str(problem) for problem in problems))
+        previous = self._snapshots.get(key)
         self._snapshots[key] = snapshot
         self._watchers.notify(key)
+        self._updates.tell(_changed_types(previous, snapshot))
 
     def clear_snapshot(self, key: Hashable) -> None:
         """Forget the group's snapshot; its clients keep what they have and get nothing new."""
@@ -77,6 +80,22 @@ class SnapshotCache:
         """Call ``notify`` when ``node``'s group gets a new snapshot."""
         return self._watchers.add(self._group(node), notify)
 
+    def on_update(self, callback: Callable[[str], None]) -> Cancel:
+        """Call ``callback(type_url)`` for each type a new snapshot changes (for metrics)."""
+        return self._updates.add(callback)
+
     def watcher_count(self) -> int:
         """How many streams are watching (for status pages and tests)."""
         return self._watchers.count()
+
+
+def _changed_types(previous: Snapshot | None, snapshot: Snapshot) -> list[str]:
+    """The types whose content differs between two snapshots of one group."""
+    if previous is None:
+        return sorted(snapshot.type_urls)
+    return sorted(
+        type_url
+        for type_url in previous.type_urls | snapshot.type_urls
+        if previous.resources(type_url) is not snapshot.resources(type_url)
+        and previous.version(type_url) != snapshot.version(type_url)
+    )

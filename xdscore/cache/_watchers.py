@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable, Iterable
 
 from ._interface import Cancel, Notify
 
-__all__ = ["Watchers"]
+__all__ = ["Updates", "Watchers"]
 
 log = logging.getLogger("xdscore.cache")
 
@@ -57,3 +57,33 @@ def _call(callback: Notify) -> None:
         callback()
     except Exception:
         log.exception("cache watcher callback failed; other watchers are still notified")
+
+
+class Updates:
+    """Callbacks told the type URL of every write that changed it (for metrics)."""
+
+    __slots__ = ("_callbacks",)
+
+    def __init__(self) -> None:
+        self._callbacks: list[Callable[[str], None]] = []
+
+    def add(self, callback: Callable[[str], None]) -> Cancel:
+        """Register ``callback``; the returned callable removes it."""
+        self._callbacks.append(callback)
+
+        def cancel() -> None:
+            if callback in self._callbacks:
+                self._callbacks.remove(callback)
+
+        return cancel
+
+    def tell(self, type_urls: Iterable[str]) -> None:
+        """Tell every callback about each of ``type_urls``; a failing one is logged."""
+        if not self._callbacks:
+            return
+        for type_url in type_urls:
+            for callback in list(self._callbacks):
+                try:
+                    callback(type_url)
+                except Exception:
+                    log.exception("cache update callback failed")

@@ -29,6 +29,8 @@ class StreamInfo:
     node: Node | None = None
     opened_at: float = 0.0
     """``time.monotonic()`` when the stream opened."""
+    connected_at: float = 0.0
+    """``time.time()`` when the stream opened."""
 
     @property
     def aggregated(self) -> bool:

@@ -18,6 +18,7 @@ the stream otherwise, for the transport to turn into a gRPC status.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -28,7 +29,14 @@ import attrs
 from .._errors import GrpcStatus, ProtocolError, RemoteProtocolError, StreamClosed
 from ..protocol._delta_client import DeltaClient
 from ..protocol._delta_server import DeltaResponse
-from ..protocol._events import Event, NodeIdentified, ResponseAcked, ResponseNacked
+from ..protocol._events import (
+    Event,
+    NodeIdentified,
+    ResponseAcked,
+    ResponseNacked,
+    StaleNonceSeen,
+    SubscriptionChanged,
+)
 from ..protocol._follow import Follower
 from ..protocol._sotw_client import SotwClient
 from ..protocol._sotw_server import SotwResponse
@@ -43,6 +51,8 @@ from ..wire._records import (
     Node,
 )
 from ._callbacks import ServerCallbacks, StreamInfo
+from ._metrics import Metrics, type_label
+from ._status import NackRecord, TypeRecord
 from ._wakeup import Wakeup
 
 __all__ = [
@@ -55,6 +65,8 @@ __all__ = [
     "ServerDriver",
     "ServerMachine",
     "call_back",
+    "checked",
+    "describe",
 ]
 
 log = logging.getLogger("xdscore.server")
@@ -89,7 +101,7 @@ class ServerMachine(Protocol[_Request_in, _Response_out]):
     def poll(self, view: ResourceView | None) -> Sequence[_Response_out]: ...
 
 
-def _checked(data: bytes, limit: int, what: str) -> bytes:
+def checked(data: bytes, limit: int, what: str) -> bytes:
     if len(data) > limit:
         raise RemoteProtocolError(
             f"a {what} of {len(data)} bytes exceeds the limit of {limit}",
@@ -169,7 +181,9 @@ class ServerDriver(Generic[_Request, _Response]):
     """Serves one stream: requests into ``machine``, what it says is due out, from ``cache``.
 
     ``info`` is the stream as ``callbacks`` see it; the driver fills in its node. A request
-    larger than ``max_request_bytes`` ends the stream with RESOURCE_EXHAUSTED.
+    larger than ``max_request_bytes`` ends the stream with RESOURCE_EXHAUSTED. The driver
+    keeps each type's :class:`~xdscore.server.TypeRecord` in ``records`` and, given
+    ``metrics``, records pushes, answers and convergence times.
     """
 
     def __init__(
@@ -183,17 +197,27 @@ class ServerDriver(Generic[_Request, _Response]):
         callbacks: ServerCallbacks,
         max_request_bytes: int,
         control_plane_id: str = "",
+        metrics: Metrics | None = None,
     ) -> None:
         self.machine = machine
         self.info = info
+        self.records: dict[str, TypeRecord] = {}
         self._codec = codec
         self._stream = stream
         self._cache = cache
         self._callbacks = callbacks
         self._limit = max_request_bytes
         self._control_plane = control_plane_id
+        self._metrics = metrics
         self._wake = Wakeup()
         self._cancel_watch: Callable[[], None] | None = None
+        self._changed_at: float | None = None
+        """When the cache first changed since the write task last read it."""
+        self._waiting: dict[str, float] = {}
+        """Types not yet answered since a cache change at this time (their turn may come
+        after a response in flight)."""
+        self._carrying: dict[str, float] = {}
+        """Types whose response in flight carries a cache change made at this time."""
 
     async def run(self) -> None:
         """Serve until the client closes its side or goes away; raises :class:`ProtocolError`."""
@@ -203,28 +227,117 @@ class ServerDriver(Generic[_Request, _Response]):
             if self._cancel_watch is not None:
                 self._cancel_watch()
 
+    def _cache_changed(self) -> None:
+        if self._changed_at is None:
+            self._changed_at = time.monotonic()
+        self._wake.set()
+
     async def _read(self) -> None:
         while True:
             data = await self._stream.receive()
             if data is None:
                 return
-            request = self._codec.decode(_checked(data, self._limit, "request"))
+            request = self._codec.decode(checked(data, self._limit, "request"))
             call_back(self._callbacks.on_request, self.info, request)
             for event in self.machine.receive(request):
                 if isinstance(event, NodeIdentified):
                     self.info.node = event.node
-                    self._cancel_watch = self._cache.watch(event.node, self._wake.set)
+                    self._cancel_watch = self._cache.watch(event.node, self._cache_changed)
+                    _log_open(self.info)
+                self._record(event)
                 self._dispatch(event)
             self._wake.set()
 
     async def _write(self) -> None:
+        metrics = self._metrics
         while True:
             await self._wake.wait()
             node = self.info.node
+            started = time.monotonic()
+            changed, self._changed_at = self._changed_at, None
             view = self._cache.view(node) if node is not None else None
-            for response in self.machine.poll(view):
-                await self._stream.send(self._codec.encode(response, self._control_plane))
+            responses = self.machine.poll(view)
+            sent: set[str] = set()
+            for response in responses:
+                data = self._codec.encode(response, self._control_plane)
+                type_url, version, nonce = _identity(response)
+                if metrics is not None:
+                    metrics.pushes_in_flight.inc()
+                try:
+                    await self._stream.send(data)
+                finally:
+                    if metrics is not None:
+                        metrics.pushes_in_flight.dec()
+                since = self._waiting.pop(type_url, changed)
+                if since is not None:
+                    self._carrying[type_url] = since
+                sent.add(type_url)
+                record = self._records_for(type_url)
+                record.sent_version, record.sent_nonce = version, nonce
+                record.sent_at = time.time()
+                if metrics is not None:
+                    metrics.push_seconds(type_url).observe(time.monotonic() - started)
+                    metrics.responses(type_url).inc()
+                    metrics.response_bytes(type_url).inc(len(data))
                 call_back(self._callbacks.on_response, self.info, response)
+            self._follow_change(changed, sent)
+
+    def _follow_change(self, changed: float | None, sent: set[str]) -> None:
+        """Remember, for convergence, which types may still owe a cache change."""
+        if changed is not None:
+            for type_url in self.records:
+                if type_url not in sent:
+                    self._waiting.setdefault(type_url, changed)
+        if not self._carrying:
+            # Nothing is in flight: what was not sent did not need the change.
+            self._waiting.clear()
+
+    def _records_for(self, type_url: str) -> TypeRecord:
+        record = self.records.get(type_url)
+        if record is None:
+            record = self.records[type_url] = TypeRecord()
+        return record
+
+    def _record(self, event: Event) -> None:
+        metrics = self._metrics
+        if isinstance(event, ResponseAcked):
+            record = self._records_for(event.type_url)
+            record.acked_version, record.acked_at = event.version_info, time.time()
+            since = self._carrying.pop(event.type_url, None)
+            if metrics is not None:
+                metrics.acks(event.type_url).inc()
+                if since is not None:
+                    elapsed = time.monotonic() - since
+                    metrics.convergence_seconds(event.type_url).observe(elapsed)
+            log.debug(
+                "ACK node=%s type=%s version=%s",
+                _node_id(self.info),
+                type_label(event.type_url),
+                event.version_info,
+            )
+        elif isinstance(event, ResponseNacked):
+            record = self._records_for(event.type_url)
+            record.nack = NackRecord(
+                version=event.rejected,
+                nonce=event.nonce,
+                code=event.error.code,
+                message=event.error.message,
+                at=time.time(),
+            )
+            self._carrying.pop(event.type_url, None)
+            if metrics is not None:
+                metrics.nacks(event.type_url).inc()
+            log.warning(
+                "NACK node=%s type=%s version=%s: %s",
+                _node_id(self.info),
+                type_label(event.type_url),
+                event.rejected,
+                event.error.message.strip(),
+            )
+        elif isinstance(event, StaleNonceSeen) and metrics is not None:
+            metrics.stale_nonces(event.type_url).inc()
+        elif isinstance(event, SubscriptionChanged):
+            self._records_for(event.type_url)
 
     def _dispatch(self, event: Event) -> None:
         call_back(self._callbacks.on_event, self.info, event)
@@ -232,6 +345,38 @@ class ServerDriver(Generic[_Request, _Response]):
             call_back(self._callbacks.on_ack, self.info, event)
         elif isinstance(event, ResponseNacked):
             call_back(self._callbacks.on_nack, self.info, event)
+
+
+def _identity(response: Any) -> tuple[str, str, str]:
+    """(type URL, version, nonce) of a SotW or Delta response."""
+    if isinstance(response, SotwResponse):
+        return response.type_url, response.version_info, response.nonce
+    return response.type_url, response.system_version_info, response.nonce
+
+
+def _node_id(info: StreamInfo) -> str:
+    return info.node.id if info.node is not None else "?"
+
+
+def describe(info: StreamInfo) -> str:
+    """How a stream connects, for logs: protocol and ADS or the per-type service."""
+    mode = "ads" if info.aggregated else type_label(info.type_url or "")
+    return f"{info.protocol}/{mode}"
+
+
+def _log_open(info: StreamInfo) -> None:
+    node = info.node
+    assert node is not None
+    log.info(
+        "stream %d opened: node=%s cluster=%s peer=%s mode=%s agent=%s/%s",
+        info.id,
+        node.id,
+        node.cluster,
+        info.peer or "?",
+        describe(info),
+        node.user_agent_name or "?",
+        node.user_agent_version or "?",
+    )
 
 
 def call_back(method: Callable[..., None], *args: Any) -> None:
@@ -313,7 +458,7 @@ class ClientDriver:
             data = await self._stream.receive()
             if data is None:
                 return
-            response = self._decode(_checked(data, self._limit, "response"))
+            response = self._decode(checked(data, self._limit, "response"))
             answer = self._apply(response)
             await self.send(answer)
             if self._on_response is not None:

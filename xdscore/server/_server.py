@@ -4,7 +4,7 @@ A transport calls :meth:`XdsServer.run_stream` with one gRPC stream as bytes; th
 refuses it if it is closing or full, creates the stream's state machine and its
 :class:`StreamInfo`, and hands both to the :class:`~xdscore.server.ServerDriver`, which
 moves requests in and responses out until the stream ends. The runtime holds no protocol
-rule.
+rule. It keeps the registry that status pages, CSDS and the metrics read.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import itertools
 import logging
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 
@@ -24,7 +24,10 @@ from ..protocol._limits import StreamLimits
 from ..protocol._sotw_server import SotwServer
 from ..protocol._state import ProtocolName
 from ._callbacks import ServerCallbacks, StreamInfo
-from ._driver import DELTA, SOTW, ByteStream, ServerDriver, call_back
+from ._csds import ClientStatus
+from ._driver import DELTA, SOTW, ByteStream, ServerDriver, call_back, describe
+from ._metrics import Metrics
+from ._status import StreamStatus, TypeRecord, stream_status
 
 __all__ = ["ActiveStream", "XdsServer"]
 
@@ -32,15 +35,20 @@ log = logging.getLogger("xdscore.server")
 
 
 class ActiveStream:
-    """A stream being served: its :class:`StreamInfo` and its state machine."""
+    """A stream being served: its :class:`StreamInfo`, state machine and sync records."""
 
-    __slots__ = ("info", "machine", "scope")
+    __slots__ = ("info", "machine", "records", "scope")
 
     def __init__(
-        self, info: StreamInfo, machine: SotwServer | DeltaServer, scope: anyio.CancelScope
+        self,
+        info: StreamInfo,
+        machine: SotwServer | DeltaServer,
+        records: dict[str, TypeRecord],
+        scope: anyio.CancelScope,
     ) -> None:
         self.info = info
         self.machine = machine
+        self.records = records
         self.scope = scope
 
 
@@ -51,6 +59,8 @@ class XdsServer:
     ``max_streams`` bounds concurrent streams; one more is refused with RESOURCE_EXHAUSTED.
     ``ordered_ads`` applies make-before-break ordering on aggregated streams (see
     :mod:`xdscore.protocol._ordering`); switch it off only to see what it prevents.
+    ``metrics`` records Prometheus metrics (``None``: a fresh :class:`Metrics` of its own;
+    ``False``: none at all).
     """
 
     def __init__(
@@ -62,6 +72,7 @@ class XdsServer:
         control_plane_id: str = "",
         max_streams: int = 100_000,
         ordered_ads: bool = True,
+        metrics: Metrics | Literal[False] | None = None,
     ) -> None:
         self.cache = cache
         self.callbacks = callbacks or ServerCallbacks()
@@ -69,13 +80,29 @@ class XdsServer:
         self.control_plane_id = control_plane_id
         self.max_streams = max_streams
         self.ordered_ads = ordered_ads
+        self.metrics: Metrics | None = Metrics() if metrics is None else (metrics or None)
+        self.client_status = ClientStatus(self)
+        """Answers CSDS about this server's clients (the transport serves it)."""
         self._ids = itertools.count(1)
         self._streams: dict[int, ActiveStream] = {}
         self._closed = False
+        observe = getattr(cache, "on_update", None)
+        if observe is not None and self.metrics is not None:
+            updates = self.metrics.cache_updates
+            observe(lambda type_url: updates(type_url).inc())
 
     def streams(self) -> Iterator[ActiveStream]:
         """The streams being served now."""
         return iter(list(self._streams.values()))
+
+    def status(self) -> list[StreamStatus]:
+        """Every stream's sync status now, oldest stream first (reads; never waits)."""
+        out = []
+        for stream in self.streams():
+            node = stream.info.node
+            view = self.cache.view(node) if node is not None else None
+            out.append(stream_status(stream.info, stream.machine, stream.records, view))
+        return out
 
     def close(self) -> None:
         """End every stream and refuse new ones."""
@@ -99,8 +126,10 @@ class XdsServer:
         closing, RESOURCE_EXHAUSTED when full).
         """
         if self._closed:
+            self._refuse("closing")
             raise RemoteProtocolError("the server is shutting down", GrpcStatus.UNAVAILABLE)
         if len(self._streams) >= self.max_streams:
+            self._refuse("max_streams")
             raise RemoteProtocolError(
                 f"the server is at its limit of {self.max_streams} streams",
                 GrpcStatus.RESOURCE_EXHAUSTED,
@@ -113,12 +142,18 @@ class XdsServer:
             type_url=type_url,
             peer=peer,
             opened_at=time.monotonic(),
+            connected_at=time.time(),
         )
         machine, driver = self._driver(
             protocol, stream, info, lambda: f"{stream_id}.{next(counter)}", type_url
         )
         scope = anyio.CancelScope()
-        self._streams[stream_id] = ActiveStream(info, machine, scope)
+        self._streams[stream_id] = ActiveStream(info, machine, driver.records, scope)
+        gauge = None
+        if self.metrics is not None:
+            mode = "ads" if type_url is None else "per_type"
+            gauge = self.metrics.streams.labels(protocol, mode)
+            gauge.inc()
         error: Exception | None = None
         try:
             call_back(self.callbacks.on_stream_open, info)
@@ -129,10 +164,18 @@ class XdsServer:
             raise
         finally:
             self._streams.pop(stream_id, None)
+            if gauge is not None:
+                gauge.dec()
+            _log_close(info, error, scope.cancel_called)
             try:
                 self.callbacks.on_stream_close(info, error)
             except Exception:
                 log.exception("callback on_stream_close failed while the stream was closing")
+
+    def _refuse(self, reason: str) -> None:
+        if self.metrics is not None:
+            self.metrics.refused_streams.labels(reason).inc()
+        log.info("stream refused: %s", reason)
 
     def _driver(
         self,
@@ -165,4 +208,25 @@ class XdsServer:
             "callbacks": self.callbacks,
             "max_request_bytes": self.limits.max_request_bytes,
             "control_plane_id": self.control_plane_id,
+            "metrics": self.metrics,
         }
+
+
+def _log_close(info: StreamInfo, error: Exception | None, cancelled: bool) -> None:
+    node = info.node.id if info.node is not None else "?"
+    lasted = time.monotonic() - info.opened_at
+    if error is not None:
+        reason = str(error) or type(error).__name__
+    elif cancelled:
+        reason = "server closed it"
+    else:
+        reason = "client closed it"
+    log.info(
+        "stream %d closed: node=%s peer=%s mode=%s after %.1f s: %s",
+        info.id,
+        node,
+        info.peer or "?",
+        describe(info),
+        lasted,
+        reason,
+    )

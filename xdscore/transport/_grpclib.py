@@ -3,16 +3,18 @@
 The adapter moves bytes only: a pass-through codec keeps grpclib from decoding anything,
 each gRPC stream is handed to :meth:`XdsServer.run_stream` as a byte stream, and a
 :class:`~xdscore.ProtocolError` the runtime raises becomes the gRPC status it carries.
-The gRPC method names of every type come from the type registry.
+The gRPC method names of every type come from the type registry. The Client Status
+Discovery Service (CSDS) is served on the same port.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
 import ssl
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpclib.const
@@ -31,6 +33,7 @@ __all__ = ["GrpclibTransport"]
 log = logging.getLogger("xdscore.transport")
 
 _ADS = "envoy.service.discovery.v3.AggregatedDiscoveryService"
+_CSDS = "envoy.service.status.v3.ClientStatusDiscoveryService"
 _GONE = (StreamClosedError, StreamTerminatedError, ConnectionError)
 """What grpclib and h2 raise when the client reset its stream or dropped its connection."""
 
@@ -100,14 +103,25 @@ class GrpclibTransport:
             if info.delta_method is not None:
                 handler = self._stream(info.type_url, delta=True)
                 self._add(mapping, f"/{info.service}/{info.delta_method}", handler)
+        self._add(mapping, f"/{_CSDS}/StreamClientStatus", self._status_stream)
+        self._add(mapping, f"/{_CSDS}/FetchClientStatus", self._status_fetch, unary=True)
         self._grpc = _Server([_Services(mapping)], codec=_RawCodec())
         self.port: int | None = None
 
     @staticmethod
-    def _add(mapping: dict[str, grpclib.const.Handler], path: str, handler: _Handler) -> None:
-        mapping[path] = grpclib.const.Handler(
-            handler, grpclib.const.Cardinality.STREAM_STREAM, None, None
+    def _add(
+        mapping: dict[str, grpclib.const.Handler],
+        path: str,
+        handler: _Handler,
+        *,
+        unary: bool = False,
+    ) -> None:
+        cardinality = (
+            grpclib.const.Cardinality.UNARY_UNARY
+            if unary
+            else grpclib.const.Cardinality.STREAM_STREAM
         )
+        mapping[path] = grpclib.const.Handler(handler, cardinality, None, None)
 
     def _stream(self, type_url: str | None, *, delta: bool) -> _Handler:
         protocol: ProtocolName = "delta" if delta else "sotw"
@@ -115,21 +129,25 @@ class GrpclibTransport:
 
         async def handle(stream: grpclib.server.Stream[Any, Any]) -> None:
             peer = _peer(stream)
-            try:
+            async with _statuses(peer):
                 await server.run_stream(
                     _GrpclibStream(stream), protocol=protocol, type_url=type_url, peer=peer
                 )
-            except ProtocolError as exc:
-                log.info("stream from %s ended: %s (%s)", peer, exc.message, exc.status.name)
-                raise GRPCError(grpclib.const.Status(exc.status.value), exc.message) from None
-            except Exception as exc:
-                # A bug or a failing cache must not surface as grpclib's generic error: the
-                # stream ends with INTERNAL, naming what failed, and the server keeps going.
-                log.exception("stream from %s failed", peer)
-                message = f"internal error: {type(exc).__name__}"
-                raise GRPCError(grpclib.const.Status.INTERNAL, message) from None
 
         return handle
+
+    async def _status_stream(self, stream: grpclib.server.Stream[Any, Any]) -> None:
+        async with _statuses(_peer(stream)):
+            try:
+                await self.server.client_status.run_stream(_GrpclibStream(stream))
+            except StreamClosed:
+                return
+
+    async def _status_fetch(self, stream: grpclib.server.Stream[Any, Any]) -> None:
+        async with _statuses(_peer(stream)):
+            data = await _GrpclibStream(stream).receive()
+            answer = self.server.client_status.answer(data or b"")
+            await stream.send_message(answer)
 
     async def start(
         self, host: str = "127.0.0.1", port: int = 0, *, ssl_context: ssl.SSLContext | None = None
@@ -187,6 +205,24 @@ class _GrpclibStream:
             await self._stream.send_message(data)
         except _GONE as exc:
             raise StreamClosed from exc
+
+
+@contextlib.asynccontextmanager
+async def _statuses(peer: str) -> AsyncIterator[None]:
+    """Turn what a handler raises into the gRPC status the client sees."""
+    try:
+        yield
+    except ProtocolError as exc:
+        log.info("stream from %s ended: %s (%s)", peer, exc.message, exc.status.name)
+        raise GRPCError(grpclib.const.Status(exc.status.value), exc.message) from None
+    except GRPCError:
+        raise
+    except Exception as exc:
+        # A bug or a failing cache must not surface as grpclib's generic error: the stream
+        # ends with INTERNAL, naming what failed, and the server keeps going.
+        log.exception("stream from %s failed", peer)
+        message = f"internal error: {type(exc).__name__}"
+        raise GRPCError(grpclib.const.Status.INTERNAL, message) from None
 
 
 def _peer(stream: grpclib.server.Stream[Any, Any]) -> str:
