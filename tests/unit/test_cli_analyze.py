@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from xdscore._cli import main
+from xdscore.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -32,3 +32,8 @@ class Cache(Protocol):
     def watch(self, node: Node, notify: Notify) -> Cancel:
         """Call ``notify`` whenever ``view(node)`` may have changed, until cancelled."""
         ...
+
+
+# Optional, read with getattr by the runtime when a cache has them (the built-in ones do):
+# ``ready: bool`` (a readiness probe waits for it) and
+# ``on_update(callback: Callable[[str], None]) -> Cancel`` (each type a write changed).

@@ -93,6 +93,11 @@ class LinearCache:
         self.update(put=resources)
 
     @property
+    def ready(self) -> bool:
+        """Always: an empty linear cache is a valid state (no resources of its type)."""
+        return True
+
+    @property
     def generation(self) -> int:
         """Incremented by every write that changed something."""
         return self._generation

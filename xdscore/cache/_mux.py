@@ -60,6 +60,11 @@ class MuxCache:
             if all(cache is not known for known in self._caches):
                 self._caches.append(cache)
 
+    @property
+    def ready(self) -> bool:
+        """Whether every routed cache that can tell is ready."""
+        return all(getattr(cache, "ready", True) for cache in self._caches)
+
     def view(self, node: Node) -> _MuxView | None:
         """Every routed cache's view for ``node``; ``None`` if none of them has one."""
         views = {id(cache): cache.view(node) for cache in self._caches}

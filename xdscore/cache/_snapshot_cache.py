@@ -68,6 +68,11 @@ class SnapshotCache:
         """The snapshot served to group ``key``, if any."""
         return self._snapshots.get(key)
 
+    @property
+    def ready(self) -> bool:
+        """Whether any group has a snapshot (until then no client gets anything)."""
+        return bool(self._snapshots)
+
     def keys(self) -> list[Hashable]:
         """Every group key that has a snapshot."""
         return list(self._snapshots)

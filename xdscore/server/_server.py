@@ -86,6 +86,8 @@ class XdsServer:
         self._ids = itertools.count(1)
         self._streams: dict[int, ActiveStream] = {}
         self._closed = False
+        self.serving = False
+        """Set by the transport while it listens."""
         observe = getattr(cache, "on_update", None)
         if observe is not None and self.metrics is not None:
             updates = self.metrics.cache_updates
@@ -103,6 +105,10 @@ class XdsServer:
             view = self.cache.view(node) if node is not None else None
             out.append(stream_status(stream.info, stream.machine, stream.records, view))
         return out
+
+    def ready(self) -> bool:
+        """Whether a transport listens and the cache has something to serve."""
+        return self.serving and not self._closed and bool(getattr(self.cache, "ready", True))
 
     def close(self) -> None:
         """End every stream and refuse new ones."""

@@ -237,29 +237,30 @@ def resource_statuses(
 def _sotw_resources(
     type_url: str, state: SotwTypeState, view: ResourceView | None
 ) -> list[ResourceStatus]:
+    # A SotW client knows a resource by the version_info of the response that carried it,
+    # as Envoy's own dumps show it; the resource reported is the one the cache holds now.
     selection = view.select(type_url, state.subscription) if view is not None else None
     current = selection.resources if selection is not None else {}
     held = state.held.resources if state.held is not None else {}
-    rejected = (
-        state.rejected_version is not None
-        and state.phase is Phase.NACKED
-        and selection is not None
-        and selection.version == state.rejected_version
-    )
+    rejected = state.phase is Phase.NACKED and state.rejected_version is not None
     out = []
     for name in sorted(set(current) | set(held)):
         mine = held.get(name)
         now = current.get(name)
-        shown = mine or now
-        assert shown is not None
+        if mine is not None:
+            version = state.held_version or (state.held.version if state.held else "")
+        else:
+            version = selection.version if selection is not None else ""
         out.append(
             ResourceStatus(
                 name=name,
-                version=shown.version,
+                version=version,
                 acked=mine is not None,
-                nacked=rejected and now is not None and mine is not now,
-                current=now is not None and shown.version == now.version,
-                resource=shown,
+                nacked=rejected
+                and now is not None
+                and (mine is None or mine.version != now.version),
+                current=mine is not None and now is not None and mine.version == now.version,
+                resource=now if now is not None else mine,
             )
         )
     return out
@@ -283,7 +284,7 @@ def _delta_resources(
                 acked=held_version is not None and held_version != "",
                 nacked=now is not None and state.rejected_versions.get(name) == now.version,
                 current=now is not None and version == now.version,
-                resource=known if known is not None and known.version == version else now,
+                resource=now if now is not None else known,
             )
         )
     return out

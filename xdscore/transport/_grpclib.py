@@ -158,6 +158,7 @@ class GrpclibTransport:
         sock.setblocking(False)
         await self._grpc.start(sock=sock, ssl=ssl_context)
         self.port = int(sock.getsockname()[1])
+        self.server.serving = True
         return self.port
 
     async def stop(self) -> None:
@@ -166,6 +167,7 @@ class GrpclibTransport:
         Stopping a transport that never started, or stopping twice, does nothing more.
         """
         self.server.close()
+        self.server.serving = False
         if self.port is None:
             return
         self.port = None

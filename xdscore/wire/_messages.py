@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from google.protobuf import symbol_database
+from google.protobuf import json_format, symbol_database
 from google.protobuf.message import DecodeError, Message
 
 from ._resource import Resource
@@ -22,6 +22,7 @@ __all__ = [
     "import_all_protos",
     "make_resource",
     "message_class",
+    "resource_json",
     "resource_name",
 ]
 
@@ -88,6 +89,13 @@ def decode_resource(type_url: str, body: bytes) -> Message:
         return cls.FromString(body)
     except DecodeError as exc:
         raise ValueError(f"bytes are not a valid {type_url}: {exc}") from None
+
+
+def resource_json(resource: Resource) -> dict[str, Any]:
+    """``resource`` in the proto3 JSON mapping, with proto field names (as Envoy dumps it)."""
+    import_all_protos()
+    message = decode_resource(resource.type_url, resource.body)
+    return dict(json_format.MessageToDict(message, preserving_proto_field_name=True))
 
 
 def _betterproto_type_url(message: Any) -> str:
