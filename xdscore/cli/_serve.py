@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
+import ssl
 import sys
 from pathlib import Path
 
@@ -12,9 +13,9 @@ import anyio
 
 from ..cache import SnapshotCache, same_for_all
 from ..config import ConfigError, load_directory, watch_directory
-from ..server import XdsServer
-from ..transport import AdminApp, GrpclibTransport, serve_admin
-from ._common import EXIT_FAILED, EXIT_OK, address
+from ..server import Authorizer, SpiffeNodePolicy, XdsServer
+from ..transport import AdminApp, CertificateFiles, GrpclibTransport, serve_admin
+from ._common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, address
 
 __all__ = ["add_parser", "run"]
 
@@ -63,6 +64,34 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     serve.add_argument(
         "--control-plane-id", default="xdscore", help="sent as control_plane.identifier"
     )
+    tls = serve.add_argument_group(
+        "TLS and identity",
+        "Without --tls-cert the server listens in plaintext and any client that can connect "
+        "reads every resource, private keys in secrets included.",
+    )
+    tls.add_argument("--tls-cert", type=Path, metavar="FILE", help="server certificate (PEM)")
+    tls.add_argument("--tls-key", type=Path, metavar="FILE", help="its private key (PEM)")
+    tls.add_argument(
+        "--client-ca",
+        type=Path,
+        metavar="FILE",
+        help="CA bundle for client certificates: mutual TLS, a client certificate required",
+    )
+    tls.add_argument(
+        "--node-from-spiffe",
+        nargs=2,
+        metavar=("SPIFFE_TEMPLATE", "NODE_TEMPLATE"),
+        help="bind each node to its certificate: the node id must be NODE_TEMPLATE filled "
+        "from the SPIFFE ID matched by SPIFFE_TEMPLATE, e.g. "
+        "'spiffe://{trust_domain}/ns/{namespace}/sa/{account}' '{account}.{namespace}' "
+        "(needs --client-ca); others are denied with PERMISSION_DENIED",
+    )
+    tls.add_argument(
+        "--node-field",
+        choices=("id", "cluster"),
+        default="id",
+        help="which node field --node-from-spiffe checks (default id)",
+    )
 
 
 async def run(args: argparse.Namespace) -> int:
@@ -73,17 +102,32 @@ async def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"xdscore: cannot serve {directory}: {exc}", file=sys.stderr)
         return EXIT_FAILED
+    try:
+        certificates, authorize = _security(args)
+    except (ValueError, OSError, ssl.SSLError) as exc:
+        print(f"xdscore: cannot serve with these TLS settings: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     cache = SnapshotCache(group=same_for_all)
     cache.set_snapshot(None, snapshot)
-    server = XdsServer(cache, control_plane_id=args.control_plane_id)
+    server = XdsServer(cache, control_plane_id=args.control_plane_id, authorize=authorize)
     host, port = args.listen
     async with GrpclibTransport(server) as transport, anyio.create_task_group() as group:
+        context = certificates.context if certificates is not None else None
         try:
-            bound = await transport.start(host, port)
+            bound = await transport.start(host, port, ssl_context=context)
         except OSError as exc:
             print(f"xdscore: cannot listen on {host}:{port}: {exc.strerror}", file=sys.stderr)
             return EXIT_FAILED
         print(f"xdscore: serving {directory} on {host}:{bound}: {snapshot}", flush=True)
+        if certificates is None:
+            log.warning(
+                "serving in plaintext: any client that can connect to %s:%d reads every "
+                "resource, secrets included; use --tls-cert, --tls-key and --client-ca",
+                host,
+                bound,
+            )
+        else:
+            group.start_soon(certificates.watch)
         if args.admin is not None:
             await group.start(_admin, server, args.admin)
         group.start_soon(
@@ -114,6 +158,24 @@ async def _admin(
         print(f"xdscore: admin endpoint on http://{host}:{bound}/", flush=True)
         task_status.started(bound)
         await anyio.sleep_forever()
+
+
+def _security(args: argparse.Namespace) -> tuple[CertificateFiles | None, Authorizer | None]:
+    """The TLS files to serve with and the node policy the flags ask for."""
+    if (args.tls_cert is None) != (args.tls_key is None):
+        raise ValueError("give both --tls-cert and --tls-key")
+    if args.client_ca is not None and args.tls_cert is None:
+        raise ValueError("--client-ca needs --tls-cert and --tls-key")
+    authorize: Authorizer | None = None
+    if args.node_from_spiffe is not None:
+        if args.client_ca is None:
+            raise ValueError("--node-from-spiffe needs --client-ca (mutual TLS)")
+        spiffe_id, node = args.node_from_spiffe
+        authorize = SpiffeNodePolicy(spiffe_id, node, args.node_field)
+    if args.tls_cert is None:
+        return None, None
+    files = CertificateFiles(args.tls_cert, args.tls_key, client_ca=args.client_ca)
+    return files, authorize
 
 
 def _reload(directory: Path, cache: SnapshotCache) -> None:

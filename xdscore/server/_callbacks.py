@@ -8,6 +8,7 @@ import attrs
 
 from ..protocol._events import Event, ResponseAcked, ResponseNacked
 from ..wire._records import DeltaDiscoveryRequest, DiscoveryRequest, Node
+from ._authorization import PeerIdentity
 
 if TYPE_CHECKING:
     from ..protocol._delta_server import DeltaResponse
@@ -31,6 +32,8 @@ class StreamInfo:
     """``time.monotonic()`` when the stream opened."""
     connected_at: float = 0.0
     """``time.time()`` when the stream opened."""
+    identity: PeerIdentity | None = None
+    """The client certificate's identity, when TLS verified one."""
 
     @property
     def aggregated(self) -> bool:

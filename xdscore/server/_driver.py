@@ -50,6 +50,7 @@ from ..wire._records import (
     DiscoveryResponse,
     Node,
 )
+from ._authorization import Authorizer
 from ._callbacks import ServerCallbacks, StreamInfo
 from ._metrics import Metrics, type_label
 from ._status import NackRecord, TypeRecord
@@ -198,6 +199,7 @@ class ServerDriver(Generic[_Request, _Response]):
         max_request_bytes: int,
         control_plane_id: str = "",
         metrics: Metrics | None = None,
+        authorize: Authorizer | None = None,
     ) -> None:
         self.machine = machine
         self.info = info
@@ -209,6 +211,7 @@ class ServerDriver(Generic[_Request, _Response]):
         self._limit = max_request_bytes
         self._control_plane = control_plane_id
         self._metrics = metrics
+        self._authorize = authorize
         self._wake = Wakeup()
         self._cancel_watch: Callable[[], None] | None = None
         self._changed_at: float | None = None
@@ -227,6 +230,16 @@ class ServerDriver(Generic[_Request, _Response]):
             if self._cancel_watch is not None:
                 self._cancel_watch()
 
+    def _check_allowed(self, node: Node) -> None:
+        """Ask the authorizer, before anything is sent; a denial ends the stream."""
+        if self._authorize is None:
+            return
+        reason = self._authorize(self.info, node)
+        if reason is not None:
+            if self._metrics is not None:
+                self._metrics.refused_streams.labels("permission_denied").inc()
+            raise RemoteProtocolError(reason, GrpcStatus.PERMISSION_DENIED)
+
     def _cache_changed(self) -> None:
         if self._changed_at is None:
             self._changed_at = time.monotonic()
@@ -242,6 +255,7 @@ class ServerDriver(Generic[_Request, _Response]):
             for event in self.machine.receive(request):
                 if isinstance(event, NodeIdentified):
                     self.info.node = event.node
+                    self._check_allowed(event.node)
                     self._cancel_watch = self._cache.watch(event.node, self._cache_changed)
                     _log_open(self.info)
                 self._record(event)

@@ -108,5 +108,5 @@ class Metrics:
         for protocol in ("sotw", "delta"):
             for mode in ("ads", "per_type"):
                 self.streams.labels(protocol, mode)
-        for reason in ("closing", "max_streams"):
+        for reason in ("closing", "max_streams", "permission_denied"):
             self.refused_streams.labels(reason)

@@ -23,6 +23,7 @@ from ..protocol._delta_server import DeltaServer
 from ..protocol._limits import StreamLimits
 from ..protocol._sotw_server import SotwServer
 from ..protocol._state import ProtocolName
+from ._authorization import Authorizer, PeerIdentity
 from ._callbacks import ServerCallbacks, StreamInfo
 from ._csds import ClientStatus
 from ._driver import DELTA, SOTW, ByteStream, ServerDriver, call_back, describe
@@ -60,7 +61,9 @@ class XdsServer:
     ``ordered_ads`` applies make-before-break ordering on aggregated streams (see
     :mod:`xdscore.protocol._ordering`); switch it off only to see what it prevents.
     ``metrics`` records Prometheus metrics (``None``: a fresh :class:`Metrics` of its own;
-    ``False``: none at all).
+    ``False``: none at all). ``authorize`` decides, once the first request names the node
+    and before anything is sent, whether the stream may go on (see
+    :class:`~xdscore.server.SpiffeNodePolicy`); a denial ends it with PERMISSION_DENIED.
     """
 
     def __init__(
@@ -73,6 +76,7 @@ class XdsServer:
         max_streams: int = 100_000,
         ordered_ads: bool = True,
         metrics: Metrics | Literal[False] | None = None,
+        authorize: Authorizer | None = None,
     ) -> None:
         self.cache = cache
         self.callbacks = callbacks or ServerCallbacks()
@@ -80,6 +84,7 @@ class XdsServer:
         self.control_plane_id = control_plane_id
         self.max_streams = max_streams
         self.ordered_ads = ordered_ads
+        self.authorize = authorize
         self.metrics: Metrics | None = Metrics() if metrics is None else (metrics or None)
         self.client_status = ClientStatus(self)
         """Answers CSDS about this server's clients (the transport serves it)."""
@@ -123,10 +128,12 @@ class XdsServer:
         protocol: ProtocolName,
         type_url: str | None = None,
         peer: str = "",
+        identity: PeerIdentity | None = None,
     ) -> None:
         """Serve one stream until the client closes or leaves it.
 
-        ``type_url`` fixes the type on a per-type service (``None``: ADS). Raises
+        ``type_url`` fixes the type on a per-type service (``None``: ADS); ``identity`` is
+        the client certificate's, when the transport verified one. Raises
         :class:`~xdscore.ProtocolError` with the status the stream should end with: the
         client broke the protocol, or the server refused the stream (UNAVAILABLE while
         closing, RESOURCE_EXHAUSTED when full).
@@ -149,6 +156,7 @@ class XdsServer:
             peer=peer,
             opened_at=time.monotonic(),
             connected_at=time.time(),
+            identity=identity,
         )
         machine, driver = self._driver(
             protocol, stream, info, lambda: f"{stream_id}.{next(counter)}", type_url
@@ -215,6 +223,7 @@ class XdsServer:
             "max_request_bytes": self.limits.max_request_bytes,
             "control_plane_id": self.control_plane_id,
             "metrics": self.metrics,
+            "authorize": self.authorize,
         }
 
 

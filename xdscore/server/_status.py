@@ -24,6 +24,7 @@ from ..protocol._subscription import EVERYTHING, Subscription
 from ..protocol._view import ResourceView
 from ..wire._records import Locality
 from ..wire._resource import Resource
+from ._authorization import PeerIdentity
 from ._callbacks import StreamInfo
 
 __all__ = [
@@ -120,6 +121,8 @@ class StreamStatus:
     user_agent_version: str
     client_features: tuple[str, ...]
     peer: str
+    identity: PeerIdentity | None
+    """The client certificate's identity, when TLS verified one."""
     protocol: str
     """``"sotw"`` or ``"delta"``."""
     aggregated: bool
@@ -173,6 +176,7 @@ def stream_status(
         user_agent_version=node.user_agent_version if node is not None else "",
         client_features=node.client_features if node is not None else (),
         peer=info.peer,
+        identity=info.identity,
         protocol=info.protocol,
         aggregated=info.aggregated,
         connected_since=info.connected_at,

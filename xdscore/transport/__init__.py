@@ -1,10 +1,19 @@
 """Transports: thin adapters between the outside world and the server runtime.
 
-:class:`GrpclibTransport` serves xDS and CSDS over gRPC; :class:`AdminApp` is the admin
-HTTP endpoint as an ASGI app, which :func:`serve_admin` serves with uvicorn.
+:class:`GrpclibTransport` serves xDS and CSDS over gRPC (TLS with
+:func:`server_ssl_context`, reloaded on change by :class:`CertificateFiles`);
+:class:`AdminApp` is the admin HTTP endpoint as an ASGI app, which :func:`serve_admin`
+serves with uvicorn.
 """
 
 from ._admin import AdminApp, serve_admin
 from ._grpclib import GrpclibTransport
+from ._tls import CertificateFiles, server_ssl_context
 
-__all__ = ["AdminApp", "GrpclibTransport", "serve_admin"]
+__all__ = [
+    "AdminApp",
+    "CertificateFiles",
+    "GrpclibTransport",
+    "serve_admin",
+    "server_ssl_context",
+]

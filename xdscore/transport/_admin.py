@@ -223,6 +223,13 @@ def _stream_json(status: StreamStatus) -> dict[str, Any]:
         "user_agent": {"name": status.user_agent_name, "version": status.user_agent_version},
         "client_features": list(status.client_features),
         "peer": status.peer,
+        "identity": None
+        if status.identity is None
+        else {
+            "uri_sans": list(status.identity.uri_sans),
+            "dns_sans": list(status.identity.dns_sans),
+            "subject": status.identity.subject,
+        },
         "protocol": status.protocol,
         "aggregated": status.aggregated,
         "connected_since": status.connected_since,

@@ -27,6 +27,7 @@ from .._errors import GrpcStatus, ProtocolError, RemoteProtocolError, StreamClos
 from ..protocol._state import ProtocolName
 from ..server._server import XdsServer
 from ..wire._typeurls import all_types
+from ._tls import peer_identity
 
 __all__ = ["GrpclibTransport"]
 
@@ -131,7 +132,11 @@ class GrpclibTransport:
             peer = _peer(stream)
             async with _statuses(peer):
                 await server.run_stream(
-                    _GrpclibStream(stream), protocol=protocol, type_url=type_url, peer=peer
+                    _GrpclibStream(stream),
+                    protocol=protocol,
+                    type_url=type_url,
+                    peer=peer,
+                    identity=peer_identity(stream.peer.cert()),
                 )
 
         return handle
