@@ -23,17 +23,9 @@ from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from xdscore import CLUSTER, ENDPOINT, LISTENER, Resource, ResponseAcked, ResponseNacked, Snapshot
+from xdscore import CLUSTER, ENDPOINT, LISTENER, Resource, Snapshot
 from xdscore.builders import eds_cluster, http_listener, load_assignment
-from xdscore.protocol import (
-    WILDCARD,
-    DeltaDiscoveryRequest,
-    Event,
-    NodeIdentified,
-    StaleNonceSeen,
-    SubscriptionChanged,
-)
-from xdscore.protocol._ordering import blocked, referenced
+from xdscore.protocol import WILDCARD, DeltaDiscoveryRequest, Event, StaleNonceSeen
 from xdscore.testing import DeltaPair
 from xdscore.testing.strategies import (
     NACK_MARKER,
@@ -49,6 +41,7 @@ from xdscore.testing.strategies import (
 )
 from xdscore.wire._records import DeltaDiscoveryResponse
 
+from . import _invariants as check
 from ._model import (
     NAMES,
     NODE,
@@ -378,12 +371,8 @@ class DeltaProperties(RuleBasedStateMachine):
         """What make-before-break may hold back of ``type_url`` right now."""
         if not self.ordered:
             return frozenset()
-        server = self.pair.server
-        current = self.snapshot.resources(type_url) or {}
-        held_back = {n for n, r in current.items() if blocked(r, server.holdings(), self.snapshot)}
-        refs = referenced(server.holdings().values())
-        kept = {name for t, name in refs if t == type_url}
-        return frozenset(held_back | kept)
+        allowed = check.ordering(self.pair.server, self.snapshot, type_url)
+        return allowed.held_back | allowed.kept
 
     def _apply_response(self, response: DeltaDiscoveryResponse, before: TypeModel) -> ResponseStep:
         type_url = response.type_url
@@ -429,68 +418,32 @@ class DeltaProperties(RuleBasedStateMachine):
     @invariant()
     def every_step_keeps_the_invariants(self) -> None:
         """Each ``invNN_`` check below, over what the last step did (or the whole stream)."""
-        self.inv01_node_identified_on_the_first_request_only()
+        check.inv01_node_identified_on_the_first_request_only(self.new_requests, NODE)
         self.inv25_inv26_nonce_pairs_ack_nack_or_is_reported_stale()
-        self.inv17_inv32_subscription_changes_reported()
+        check.inv17_inv32_subscription_changes_reported(self.new_requests)
         self.inv27_initial_resource_versions_list_what_the_client_holds()
-        self.inv04_resource_type_urls_equal_the_response_type_url()
-        self.inv24_nonces_present_and_unique_per_stream()
-        self.inv06_at_most_one_unacked_response_per_type()
+        check.inv04_resource_type_urls_equal_the_response_type_url(self.new_responses)
+        check.inv24_nonces_present_and_unique_per_stream(self.new_responses)
+        check.inv06_at_most_one_unacked_response_per_type(self.new_responses)
         self.inv22_no_duplicates_and_no_name_both_sent_and_removed()
         self.inv21_sent_resources_are_current_and_wanted()
         self.inv09_inv29_nothing_sent_the_client_already_has()
         self.inv12_nacked_versions_not_resent()
         self.inv28_inv30_inv31_owed_names_are_answered()
         self.inv27_reconnect_sends_exactly_the_difference()
-        self.inv26_server_subscription_equals_the_model()
+        check.inv26_server_subscription_equals_the_model(self.pair.server, self.types)
 
     # --- requests --------------------------------------------------------------------------
-
-    def inv01_node_identified_on_the_first_request_only(self) -> None:
-        for step in self.new_requests:
-            identified = [e for e in step.events if isinstance(e, NodeIdentified)]
-            assert len(identified) == int(step.first_of_stream), (step.request, step.events)
 
     def inv25_inv26_nonce_pairs_ack_nack_or_is_reported_stale(self) -> None:
         for step in self.new_requests:
             request, expect = step.request, step.expect
             stale = [e for e in step.events if isinstance(e, StaleNonceSeen)]
-            acked = [e for e in step.events if isinstance(e, ResponseAcked)]
-            nacked = [e for e in step.events if isinstance(e, ResponseNacked)]
             assert len(stale) == int(expect.stale), (
                 f"{request} {'is' if expect.stale else 'is not'} stale; events {step.events}"
             )
-            if expect.acks is not None:
-                assert acked == [
-                    ResponseAcked(
-                        type_url=request.type_url,
-                        version_info=expect.acks,
-                        nonce=request.response_nonce,
-                    )
-                ], (request, step.events)
-            else:
-                assert not acked, f"{request} is no ACK, yet {acked}"
-            if expect.nacks is not None:
-                assert len(nacked) == 1, (request, step.events)
-                assert nacked[0].rejected == expect.nacks
-                assert nacked[0].error == request.error_detail
-            else:
-                assert not nacked, f"{request} is no NACK, yet {nacked}"
-
-    def inv17_inv32_subscription_changes_reported(self) -> None:
-        for step in self.new_requests:
-            changes = [e for e in step.events if isinstance(e, SubscriptionChanged)]
-            expected = step.expect.changed_to
-            if expected is None:
-                assert not changes, f"{step.request} changed nothing, yet {changes}"
-            else:
-                assert len(changes) == 1, (
-                    f"{step.request} changes the subscription to {expected}; "
-                    f"the server reported {step.events}"
-                )
-                assert Want.of(changes[0].subscription) == expected, (
-                    f"{step.request} means {expected}, the event says {changes[0].subscription}"
-                )
+            check.inv10_ack_reported(request, step.events, expect.acks)
+            check.inv11_nack_reported(request, step.events, expect.nacks)
 
     def inv27_initial_resource_versions_list_what_the_client_holds(self) -> None:
         if self.reconnect is None:
@@ -504,40 +457,21 @@ class DeltaProperties(RuleBasedStateMachine):
 
     # --- responses -------------------------------------------------------------------------
 
-    def inv04_resource_type_urls_equal_the_response_type_url(self) -> None:
-        for step in self.new_responses:
-            for resource in step.response.resources:
-                assert resource.type_url == step.response.type_url, step.response
-
-    def inv24_nonces_present_and_unique_per_stream(self) -> None:
-        for step in self.new_responses:
-            assert step.response.nonce, f"a response without a nonce: {step.response}"
-            assert not step.duplicate_nonce, f"nonce {step.response.nonce!r} sent twice"
-
-    def inv06_at_most_one_unacked_response_per_type(self) -> None:
-        for step in self.new_responses:
-            assert step.before.unanswered is None, (
-                f"{short(step.response.type_url)} response {step.response.nonce} sent while "
-                f"{step.before.unanswered} was still unanswered"
-            )
-
     def inv22_no_duplicates_and_no_name_both_sent_and_removed(self) -> None:
+        check.inv22_no_duplicate_names_in_a_response(self.new_responses)
         for step in self.new_responses:
-            names = [resource.name for resource in step.response.resources]
             removed = list(step.response.removed_resources)
-            assert len(names) == len(set(names)), f"duplicate resources {names}"
             assert len(removed) == len(set(removed)), f"duplicate removals {removed}"
-            both = set(names) & set(removed)
+            both = {r.name for r in step.response.resources} & set(removed)
             assert not both, f"{sorted(both)} both sent and removed"
 
     def inv21_sent_resources_are_current_and_wanted(self) -> None:
         for step in self.new_responses:
             want = step.before.want
-            for resource in step.response.resources:
-                current = step.current.get(resource.name)
-                assert current is not None, f"{resource.name!r} sent but not in the view"
-                assert resource.version == current.version, f"{resource.name!r} is stale"
-                assert want.wants(resource.name), f"{resource.name!r} sent, not wanted ({want})"
+            extra = check.not_current_or_not_wanted(step.response.resources, want, step.current)
+            assert not extra, (
+                f"{short(step.response.type_url)} sent {extra}: not current or not wanted ({want})"
+            )
             for name in step.response.removed_resources:
                 assert not (name in step.current and want.wants(name)), (
                     f"{short(step.response.type_url)} {name!r} removed but exists and is wanted"
@@ -617,15 +551,6 @@ class DeltaProperties(RuleBasedStateMachine):
 
     # --- the whole stream ------------------------------------------------------------------
 
-    def inv26_server_subscription_equals_the_model(self) -> None:
-        for type_url, model in self.types.items():
-            subscription = self.pair.server.subscription(type_url)
-            assert subscription is not None, f"the server forgot {short(type_url)}"
-            assert Want.of(subscription) == model.want, (
-                f"{short(type_url)}: the requests mean {model.want}, "
-                f"the server has {Want.of(subscription)}"
-            )
-
     # --- convergence -----------------------------------------------------------------------
 
     def teardown(self) -> None:
@@ -694,19 +619,24 @@ class DeltaProperties(RuleBasedStateMachine):
             state = client.type_state(type_url)
             assert state is not None
             current = self.snapshot.resources(type_url) or {}
-            expected = {
-                n: r.version for n, r in current.items() if state.wildcard or n in state.requested
-            }
+            wants = Want(frozenset(state.requested), wildcard=state.wildcard).wants
             holds = {name: r.version for name, r in client.holds(type_url).items()}
             model = self.types.get(type_url)
             phantoms = model.phantom if model is not None else {}
-            gap = {n for n, v in expected.items() if n not in holds and phantoms.get(n) == v}
+            gap = {
+                n
+                for n, r in current.items()
+                if wants(n) and n not in holds and phantoms.get(n) == r.version
+            }
             if gap:
                 event("delta: BUG ACK of an unwanted resource tolerated")
-                expected = {n: v for n, v in expected.items() if n not in gap}
-            assert holds == expected, (
-                f"{short(type_url)}: client (wildcard={state.wildcard}, "
-                f"names={sorted(state.requested)}) holds {holds}, the snapshot says {expected}"
+            check.assert_holds_the_subscribed_snapshot(
+                type_url,
+                holds,
+                current,
+                wants,
+                described=f"(wildcard={state.wildcard}, names={sorted(state.requested)})",
+                excused=gap,
             )
 
 

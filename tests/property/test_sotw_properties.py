@@ -30,10 +30,9 @@ from hypothesis.stateful import (
     rule,
 )
 
-from xdscore import CLUSTER, ENDPOINT, Resource, ResponseAcked, ResponseNacked, Snapshot
+from xdscore import CLUSTER, ENDPOINT, Resource, Snapshot
 from xdscore.builders import eds_cluster, load_assignment
-from xdscore.protocol import Event, NodeIdentified, StaleNonceSeen, SubscriptionChanged
-from xdscore.protocol._ordering import blocked, referenced
+from xdscore.protocol import Event, StaleNonceSeen
 from xdscore.testing import SotwPair
 from xdscore.testing.strategies import (
     Disconnect,
@@ -48,6 +47,7 @@ from xdscore.testing.strategies import (
 from xdscore.wire import type_info
 from xdscore.wire._records import DiscoveryRequest, DiscoveryResponse
 
+from . import _invariants as check
 from ._model import (
     NAMES,
     NODE,
@@ -309,14 +309,11 @@ class SotwProperties(RuleBasedStateMachine):
         server = self.pair.server
         holding = server.type_states()[type_url].held
         held = dict(holding.resources) if holding is not None else {}
-        held_back: set[str] = set()
-        kept: set[str] = set()
+        held_back: frozenset[str] = frozenset()
+        kept: frozenset[str] = frozenset()
         if self.ordered:
-            held_back = {
-                n for n, r in current.items() if blocked(r, server.holdings(), self.snapshot)
-            }
-            refs = referenced(server.holdings().values())
-            kept = {n for n in held if (type_url, n) in refs}
+            allowed = check.ordering(server, self.snapshot, type_url)
+            held_back, kept = allowed.held_back, allowed.kept & held.keys()
         if type_url == ENDPOINT and self.endpoints_owed:
             before = attrs.evolve(before, owed=True)
         step = ResponseStep(
@@ -325,8 +322,8 @@ class SotwProperties(RuleBasedStateMachine):
             duplicate_nonce=response.nonce in self.nonces,
             current=current,
             held=held,
-            held_back=frozenset(held_back),
-            kept=frozenset(kept),
+            held_back=held_back,
+            kept=kept,
         )
         if step.held_back & step.current.keys() - {r.name for r in response.resources}:
             event("sotw: ordering held something back")
@@ -356,28 +353,21 @@ class SotwProperties(RuleBasedStateMachine):
     @invariant()
     def every_step_keeps_the_invariants(self) -> None:
         """Each ``invNN_`` check below, over what the last step did (or the whole stream)."""
-        self.inv01_node_identified_on_the_first_request_only()
+        check.inv01_node_identified_on_the_first_request_only(self.new_requests, NODE)
         self.inv06_stale_nonce_reported_and_ignored()
         self.inv10_inv11_ack_and_nack_pair_with_the_sent_nonce()
-        self.inv15_inv17_subscription_changes_reported()
-        self.inv04_resource_type_urls_equal_the_response_type_url()
-        self.inv05_nonces_unique_per_stream()
-        self.inv06_at_most_one_unacked_response_per_type()
+        check.inv15_inv17_subscription_changes_reported(self.new_requests)
+        check.inv04_resource_type_urls_equal_the_response_type_url(self.new_responses)
+        check.inv05_nonces_unique_per_stream(self.new_responses)
+        check.inv06_at_most_one_unacked_response_per_type(self.new_responses)
         self.inv09_unchanged_content_is_not_resent()
         self.inv12_nacked_version_not_resent()
         self.inv21_lds_cds_responses_are_full_state()
-        self.inv22_no_duplicate_names_in_a_response()
+        check.inv22_no_duplicate_names_in_a_response(self.new_responses)
         self.inv20_inv35_owed_answers_are_sent()
-        self.inv17_server_subscription_equals_the_model()
+        check.inv17_server_subscription_equals_the_model(self.pair.server, self.types)
 
     # --- requests --------------------------------------------------------------------------
-
-    def inv01_node_identified_on_the_first_request_only(self) -> None:
-        for step in self.new_requests:
-            identified = [e for e in step.events if isinstance(e, NodeIdentified)]
-            assert len(identified) == int(step.first_of_stream), (step.request, step.events)
-            if identified:
-                assert identified[0].node == NODE
 
     def inv06_stale_nonce_reported_and_ignored(self) -> None:
         for step in self.new_requests:
@@ -405,60 +395,12 @@ class SotwProperties(RuleBasedStateMachine):
                 assert request.response_nonce in step.sent_nonces, (
                     f"the client echoed a nonce never sent on this stream: {request}"
                 )
-            acked = [e for e in step.events if isinstance(e, ResponseAcked)]
-            nacked = [e for e in step.events if isinstance(e, ResponseNacked)]
-            if step.expect.acks is not None:
-                assert acked == [
-                    ResponseAcked(
-                        type_url=request.type_url,
-                        version_info=step.expect.acks,
-                        nonce=request.response_nonce,
-                    )
-                ], (request, step.events)
-            else:
-                assert not acked, f"{request} is no ACK, yet {acked}"
-            if step.expect.nacks is not None:
-                assert len(nacked) == 1, (request, step.events)
-                assert nacked[0].rejected == step.expect.nacks
-                assert nacked[0].nonce == request.response_nonce
-                assert nacked[0].error == request.error_detail
-                assert nacked[0].version_info == request.version_info
-            else:
-                assert not nacked, f"{request} is no NACK, yet {nacked}"
-
-    def inv15_inv17_subscription_changes_reported(self) -> None:
-        for step in self.new_requests:
-            changes = [e for e in step.events if isinstance(e, SubscriptionChanged)]
-            expected = step.expect.changed_to
-            if expected is None:
-                assert not changes, f"{step.request} changed nothing, yet {changes}"
-            else:
-                assert len(changes) == 1, (
-                    f"{step.request} changes the subscription to {expected}; "
-                    f"the server reported {step.events}"
-                )
-                assert Want.of(changes[0].subscription) == expected, (
-                    f"{step.request} means {expected}, the event says {changes[0].subscription}"
-                )
+            check.inv10_ack_reported(request, step.events, step.expect.acks)
+            nacked = check.inv11_nack_reported(request, step.events, step.expect.nacks)
+            if nacked is not None:
+                assert nacked.version_info == request.version_info, (request, nacked)
 
     # --- responses -------------------------------------------------------------------------
-
-    def inv04_resource_type_urls_equal_the_response_type_url(self) -> None:
-        for step in self.new_responses:
-            for resource in step.response.resources:
-                assert resource.type_url == step.response.type_url, step.response
-
-    def inv05_nonces_unique_per_stream(self) -> None:
-        for step in self.new_responses:
-            assert step.response.nonce, f"a response without a nonce: {step.response}"
-            assert not step.duplicate_nonce, f"nonce {step.response.nonce!r} sent twice"
-
-    def inv06_at_most_one_unacked_response_per_type(self) -> None:
-        for step in self.new_responses:
-            assert step.before.unanswered is None, (
-                f"{short(step.response.type_url)} response {step.response.nonce} sent while "
-                f"{step.before.unanswered} was still unanswered"
-            )
 
     def inv09_unchanged_content_is_not_resent(self) -> None:
         for step in self.new_responses:
@@ -475,20 +417,16 @@ class SotwProperties(RuleBasedStateMachine):
                 f"re-sent although the subscription did not change"
             )
 
-    def inv22_no_duplicate_names_in_a_response(self) -> None:
-        for step in self.new_responses:
-            names = [resource.name for resource in step.response.resources]
-            assert len(names) == len(set(names)), f"duplicate names in {names}"
-
     def inv21_lds_cds_responses_are_full_state(self) -> None:
         for step in self.new_responses:
             type_url = step.response.type_url
             sent = {r.name: r.version for r in step.response.resources}
             due = wanted(step.before.want, step.current)
             full_state = type_info(type_url).sotw_full_state
-            for name, version in sent.items():
-                if due.get(name) == version:
-                    continue
+            extra = check.not_current_or_not_wanted(
+                step.response.resources, step.before.want, step.current
+            )
+            for name, version in extra.items():
                 held = step.held.get(name)
                 assert held is not None, (
                     f"{short(type_url)} response carries {name!r} at {version}, neither the "
@@ -517,15 +455,6 @@ class SotwProperties(RuleBasedStateMachine):
             )
 
     # --- the whole stream ------------------------------------------------------------------
-
-    def inv17_server_subscription_equals_the_model(self) -> None:
-        for type_url, model in self.types.items():
-            subscription = self.pair.server.subscription(type_url)
-            assert subscription is not None, f"the server forgot {short(type_url)}"
-            assert Want.of(subscription) == model.want, (
-                f"{short(type_url)}: the requests mean {model.want}, "
-                f"the server has {Want.of(subscription)}"
-            )
 
     # --- convergence -----------------------------------------------------------------------
 
@@ -599,21 +528,14 @@ class SotwProperties(RuleBasedStateMachine):
             state = client.type_state(type_url)
             assert state is not None
             want = Want.of(state.subscription)
-            current = self.snapshot.resources(type_url) or {}
-            expected = wanted(want, current)
-            holds = {name: r.version for name, r in client.holds(type_url).items()}
-            if type_info(type_url).sotw_full_state:
-                assert holds == expected, (
-                    f"{short(type_url)}: client watching {want} holds {sorted(holds)}, "
-                    f"the snapshot says {sorted(expected)}"
-                )
-            else:
-                for name, version in holds.items():
-                    assert want.wants(name), f"{short(type_url)}: holds unwatched {name!r}"
-                    if name in current:
-                        assert version == expected[name], f"{short(type_url)} {name!r} is stale"
-                missing = expected.keys() - holds.keys()
-                assert not missing, f"{short(type_url)}: watching {want}, lacks {missing}"
+            check.assert_holds_the_subscribed_snapshot(
+                type_url,
+                {name: r.version for name, r in client.holds(type_url).items()},
+                self.snapshot.resources(type_url) or {},
+                want.wants,
+                described=f"watching {want}",
+                exact=type_info(type_url).sotw_full_state,
+            )
 
 
 class SotwUnorderedProperties(SotwProperties):

@@ -29,8 +29,7 @@ listener l. The expectations come from XDS_INVARIANTS.md and the machines' docst
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -61,6 +60,8 @@ from xdscore.protocol import (
     SubscriptionChanged,
 )
 from xdscore.wire import make_node
+
+from ..factories import nonce_source
 
 NODE = make_node(id="table")
 OTHER_NODE = make_node(id="someone-else")
@@ -228,17 +229,12 @@ def canonical(cell: str) -> str:
     return (codes + ("!" if due else "")) or "."
 
 
-def nonces() -> Callable[[], str]:
-    counter = itertools.count(1)
-    return lambda: f"n{next(counter)}"
-
-
 class Sotw:
     """Builds the SotW states and inputs."""
 
     @staticmethod
     def machine(per_type: bool) -> SotwServer:
-        return SotwServer(nonce_source=nonces(), type_url=CLUSTER if per_type else None)
+        return SotwServer(nonce_source=nonce_source(), type_url=CLUSTER if per_type else None)
 
     @staticmethod
     def request(
@@ -304,7 +300,7 @@ class Delta:
 
     @staticmethod
     def machine(per_type: bool) -> DeltaServer:
-        return DeltaServer(nonce_source=nonces(), type_url=CLUSTER if per_type else None)
+        return DeltaServer(nonce_source=nonce_source(), type_url=CLUSTER if per_type else None)
 
     @staticmethod
     def request(

@@ -11,7 +11,6 @@ request a client can send leads into a missing cell.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -44,6 +43,8 @@ from xdscore.protocol._state import (
 )
 from xdscore.wire import make_node
 
+from ..factories import nonce_source
+
 NODE = make_node(id="transitions")
 ERROR = ErrorDetail(code=GrpcStatus.INTERNAL, message="rejected")
 VIEW = Snapshot([eds_cluster("a"), eds_cluster("b"), load_assignment("a", [("10.0.0.1", 80)])])
@@ -64,11 +65,6 @@ MISSING = [
 NAMES = st.lists(st.sampled_from(["a", "b", "*"]), max_size=3, unique=True).map(tuple)
 
 
-def _nonces() -> Callable[[], str]:
-    counter = itertools.count(1)
-    return lambda: f"n{next(counter)}"
-
-
 @attrs.define
 class Harness:
     """A machine and how to speak to it in one protocol."""
@@ -78,7 +74,8 @@ class Harness:
 
     @classmethod
     def new(cls, protocol: ProtocolName) -> Harness:
-        machine: Any = (SotwServer if protocol == "sotw" else DeltaServer)(nonce_source=_nonces())
+        server = SotwServer if protocol == "sotw" else DeltaServer
+        machine: Any = server(nonce_source=nonce_source())
         return cls(protocol, machine)
 
     def request(

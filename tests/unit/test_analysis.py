@@ -7,7 +7,6 @@ import re
 from pathlib import Path
 
 import pytest
-from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.core.v3 import extension_pb2
 from envoy.config.endpoint.v3 import endpoint_components_pb2, endpoint_pb2
 from envoy.config.listener.v3 import listener_pb2
@@ -16,8 +15,7 @@ from envoy.extensions.filters.http.router.v3 import router_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
-from envoy.extensions.transport_sockets.tls.v3 import secret_pb2, tls_pb2
-from google.protobuf import any_pb2
+from envoy.extensions.transport_sockets.tls.v3 import tls_pb2
 from google.protobuf.message import Message
 
 from xdscore import (
@@ -35,13 +33,9 @@ from xdscore import builders as b
 from xdscore.analysis import CODES, Diagnostic, Report, Severity, analyze
 from xdscore.config import ConfigError, load_directory
 
+from ..factories import pack, secret, tls_cluster
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _pack(message: Message) -> any_pb2.Any:
-    packed = any_pb2.Any()
-    packed.Pack(message)
-    return packed
 
 
 def _pairs(*messages: Message | Resource) -> list[tuple[str, Resource]]:
@@ -64,7 +58,7 @@ def _hcm(listener: listener_pb2.Listener) -> hcm_pb2.HttpConnectionManager:
 
 
 def _set_hcm(listener: listener_pb2.Listener, manager: hcm_pb2.HttpConnectionManager) -> None:
-    listener.filter_chains[0].filters[0].typed_config.CopyFrom(_pack(manager))
+    listener.filter_chains[0].filters[0].typed_config.CopyFrom(pack(manager))
 
 
 def _tls_listener(name: str, route: str, secret: str) -> listener_pb2.Listener:
@@ -73,17 +67,8 @@ def _tls_listener(name: str, route: str, secret: str) -> listener_pb2.Listener:
     tls.common_tls_context.tls_certificate_sds_secret_configs.add(name=secret)
     socket = listener.filter_chains[0].transport_socket
     socket.name = "envoy.transport_sockets.tls"
-    socket.typed_config.CopyFrom(_pack(tls))
+    socket.typed_config.CopyFrom(pack(tls))
     return listener
-
-
-def _tls_cluster(name: str, secret: str) -> cluster_pb2.Cluster:
-    cluster = b.eds_cluster(name)
-    tls = tls_pb2.UpstreamTlsContext()
-    tls.common_tls_context.validation_context_sds_secret_config.name = secret
-    cluster.transport_socket.name = "envoy.transport_sockets.tls"
-    cluster.transport_socket.typed_config.CopyFrom(_pack(tls))
-    return cluster
 
 
 def _ecds_listener(name: str, route: str, filter_name: str) -> listener_pb2.Listener:
@@ -99,21 +84,15 @@ def _ecds_listener(name: str, route: str, filter_name: str) -> listener_pb2.List
     return listener
 
 
-def _secret(name: str) -> secret_pb2.Secret:
-    secret = secret_pb2.Secret(name=name)
-    secret.generic_secret.secret.inline_string = "not-a-real-key"
-    return secret
-
-
 def _extension(name: str) -> extension_pb2.TypedExtensionConfig:
-    return extension_pb2.TypedExtensionConfig(name=name, typed_config=_pack(router_pb2.Router()))
+    return extension_pb2.TypedExtensionConfig(name=name, typed_config=pack(router_pb2.Router()))
 
 
 def _complete() -> list[Message]:
     """A consistent configuration using every kind of reference; nothing to report."""
     return [
         b.eds_cluster("web"),
-        _tls_cluster("secure", "upstream-ca"),
+        tls_cluster("secure", validation="upstream-ca"),
         b.load_assignment("web", [("10.0.0.1", 8080)]),
         b.load_assignment("secure", [("10.0.0.2", 8443)]),
         _tls_listener("https", "routes", "server-cert"),
@@ -123,8 +102,8 @@ def _complete() -> list[Message]:
         scoped_route_pb2.ScopedRouteConfiguration(
             name="scope-a", route_configuration_name="scoped-target"
         ),
-        _secret("server-cert"),
-        _secret("upstream-ca"),
+        secret("server-cert"),
+        secret("upstream-ca"),
         _extension("authz"),
     ]
 
@@ -140,7 +119,7 @@ def test_complete_configuration_has_nothing_to_report() -> None:
 def test_xds001_dangling_reference() -> None:
     resources = [
         b.eds_cluster("web"),  # its endpoints are missing
-        _tls_cluster("secure", "missing-ca"),
+        tls_cluster("secure", validation="missing-ca"),
         b.load_assignment("secure", [("10.0.0.2", 8443)]),
         _tls_listener("https", "missing-routes", "missing-cert"),
         _ecds_listener("filtered", "routes", "missing-filter"),
@@ -242,7 +221,7 @@ def test_xds004_unreferenced_resource() -> None:
         *_complete(),
         b.route_configuration("unused-routes", [("/", "web")], domains=["old.example.com"]),
         b.load_assignment("unused-endpoints", [("10.0.0.9", 80)]),
-        _secret("unused-secret"),
+        secret("unused-secret"),
         b.eds_cluster("unused-cluster", service_name="web"),  # clusters are roots
         b.http_listener("unused-listener", 10001, "routes"),  # so are listeners
         _extension("unused-extension"),  # extension configs are not checked

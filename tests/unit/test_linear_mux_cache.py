@@ -3,9 +3,6 @@ views the SotW and Delta state machines read."""
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Callable
-
 import pytest
 
 from xdscore import (
@@ -15,41 +12,35 @@ from xdscore import (
     ROUTE,
     LinearCache,
     MuxCache,
-    Node,
     Resource,
     Snapshot,
     SnapshotCache,
     make_resource,
     same_for_all,
 )
-from xdscore.builders import eds_cluster, http_listener, load_assignment
-from xdscore.protocol import (
-    DeltaDiscoveryRequest,
-    DeltaServer,
-    DiscoveryRequest,
-    SotwResponse,
-    SotwServer,
-    Subscription,
-)
+from xdscore.builders import load_assignment
+from xdscore.protocol import DeltaServer, SotwServer, Subscription
 from xdscore.protocol._subscription import EVERYTHING
 
-NODE = Node(id="node-1", raw=b"node-1")
-OTHER_NODE = Node(id="node-2", raw=b"node-2")
+from ..factories import (
+    CL_A,
+    CL_A2,
+    EP_A,
+    EP_A2,
+    EP_B,
+    EP_B2,
+    EP_C,
+    LS_1,
+    NODE,
+    OTHER_NODE,
+    delta_ack,
+    delta_request,
+    nonce_source,
+    sotw_ack,
+    sotw_request,
+)
 
-EP_A = load_assignment("a", [("10.0.0.1", 80)])
-EP_A2 = load_assignment("a", [("10.0.0.2", 80)])
-EP_B = load_assignment("b", [("10.0.1.1", 80)])
-EP_B2 = load_assignment("b", [("10.0.1.2", 80)])
-EP_C = load_assignment("c", [("10.0.2.1", 80)])
 EP_C2 = load_assignment("c", [("10.0.2.2", 80)])
-CL_A = eds_cluster("a")
-CL_A2 = eds_cluster("a", connect_timeout=4.0)
-LS_1 = http_listener("l1", 10001, "r1")
-
-
-def nonces() -> Callable[[], str]:
-    counter = itertools.count(1)
-    return lambda: str(next(counter))
 
 
 class Counter:
@@ -304,13 +295,11 @@ def test_linear_rejected_batch_leaves_the_cache_unchanged() -> None:
 def test_linear_cache_delta_stream_sends_exactly_the_changed_assignment() -> None:
     cache = LinearCache(ENDPOINT, endpoints(300))
     names = sorted(cache.view().resources(ENDPOINT) or {})
-    machine = DeltaServer(nonce_source=nonces(), type_url=ENDPOINT)
-    machine.receive(
-        DeltaDiscoveryRequest(type_url=ENDPOINT, resource_names_subscribe=tuple(names), node=NODE)
-    )
+    machine = DeltaServer(nonce_source=nonce_source(), type_url=ENDPOINT)
+    machine.receive(delta_request(ENDPOINT, names, node=NODE))
     (first,) = machine.poll(cache.view())
     assert len(first.resources) == 300
-    machine.receive(DeltaDiscoveryRequest(type_url=ENDPOINT, response_nonce=first.nonce))
+    machine.receive(delta_ack(first))
     assert machine.poll(cache.view()) == []
 
     cache.set_resource(load_assignment("svc-123", [("10.9.9.9", 8080)]))
@@ -321,25 +310,23 @@ def test_linear_cache_delta_stream_sends_exactly_the_changed_assignment() -> Non
     everything = cache.view().select(ENDPOINT, EVERYTHING)
     assert everything is not None
     assert update.system_version_info == everything.version
-    machine.receive(DeltaDiscoveryRequest(type_url=ENDPOINT, response_nonce=update.nonce))
+    machine.receive(delta_ack(update))
 
     cache.delete_resource("svc-007")
     (removal,) = machine.poll(cache.view())
     assert removal.resources == ()
     assert removal.removed == ("svc-007",)
-    machine.receive(DeltaDiscoveryRequest(type_url=ENDPOINT, response_nonce=removal.nonce))
+    machine.receive(delta_ack(removal))
     assert machine.poll(cache.view()) == []
 
 
 def test_linear_cache_delta_wildcard_stream_sends_new_and_changed_only() -> None:
     cache = LinearCache(ENDPOINT, endpoints(50))
-    machine = DeltaServer(nonce_source=nonces())
-    machine.receive(
-        DeltaDiscoveryRequest(type_url=ENDPOINT, resource_names_subscribe=("*",), node=NODE)
-    )
+    machine = DeltaServer(nonce_source=nonce_source())
+    machine.receive(delta_request(ENDPOINT, ["*"], node=NODE))
     (first,) = machine.poll(cache.view())
     assert len(first.resources) == 50
-    machine.receive(DeltaDiscoveryRequest(type_url=ENDPOINT, response_nonce=first.nonce))
+    machine.receive(delta_ack(first))
     cache.update(put=[EP_A, load_assignment("svc-010", [("10.8.8.8", 80)])])
     (update,) = machine.poll(cache.view())
     assert [r.name for r in update.resources] == ["a", "svc-010"]
@@ -347,22 +334,12 @@ def test_linear_cache_delta_wildcard_stream_sends_new_and_changed_only() -> None
 
 def test_linear_cache_sotw_stream_sends_the_subscribed_set() -> None:
     cache = LinearCache(ENDPOINT, [EP_A, EP_B, EP_C])
-    machine = SotwServer(nonce_source=nonces(), type_url=ENDPOINT)
-    machine.receive(DiscoveryRequest(type_url=ENDPOINT, resource_names=("a", "b"), node=NODE))
+    machine = SotwServer(nonce_source=nonce_source(), type_url=ENDPOINT)
+    machine.receive(sotw_request(ENDPOINT, ["a", "b"], node=NODE))
     (first,) = machine.poll(cache.view())
     assert list(first.selection.resources) == ["a", "b"]
 
-    def ack(response: SotwResponse, names: tuple[str, ...] = ("a", "b")) -> None:
-        machine.receive(
-            DiscoveryRequest(
-                type_url=ENDPOINT,
-                resource_names=names,
-                version_info=response.version_info,
-                response_nonce=response.nonce,
-            )
-        )
-
-    ack(first)
+    machine.receive(sotw_ack(first, ["a", "b"]))
     cache.set_resource(EP_C2)  # not subscribed
     assert machine.poll(cache.view()) == []
     cache.set_resource(EP_A2)
@@ -371,7 +348,7 @@ def test_linear_cache_sotw_stream_sends_the_subscribed_set() -> None:
     assert second.selection.resources["a"] is cache.get("a")
     assert second.selection.resources["b"] is first.selection.resources["b"]
     # The client changes its subscription: the new subscribed set is sent.
-    ack(second, ("b", "c"))
+    machine.receive(sotw_ack(second, ["b", "c"]))
     (third,) = machine.poll(cache.view())
     assert list(third.selection.resources) == ["b", "c"]
     assert third.selection.resources["c"].version == make_resource(EP_C2).version
@@ -485,17 +462,15 @@ def test_mux_feeds_a_delta_ads_stream_from_both_caches() -> None:
     snapshots = SnapshotCache(group=same_for_all)
     snapshots.set_snapshot(None, Snapshot([CL_A]))
     mux = MuxCache({ENDPOINT: linear}, default=snapshots)
-    machine = DeltaServer(nonce_source=nonces())
-    machine.receive(DeltaDiscoveryRequest(type_url=CLUSTER, node=NODE))
-    machine.receive(DeltaDiscoveryRequest(type_url=ENDPOINT, resource_names_subscribe=("a", "b")))
+    machine = DeltaServer(nonce_source=nonce_source())
+    machine.receive(delta_request(CLUSTER, node=NODE))
+    machine.receive(delta_request(ENDPOINT, ["a", "b"]))
 
     def settle() -> list[tuple[str, list[str]]]:
         out = []
         for response in machine.poll(mux.view(NODE)):
             out.append((response.type_url, [r.name for r in response.resources]))
-            machine.receive(
-                DeltaDiscoveryRequest(type_url=response.type_url, response_nonce=response.nonce)
-            )
+            machine.receive(delta_ack(response))
         return out
 
     assert settle() == [(CLUSTER, ["a"]), (ENDPOINT, ["a", "b"])]

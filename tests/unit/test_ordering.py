@@ -13,15 +13,11 @@ down). Test names say which rule they check; the rules are the module docstring 
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterable
 from typing import Literal
 
 import attrs
 import pytest
-from envoy.config.cluster.v3 import cluster_pb2
-from envoy.extensions.transport_sockets.tls.v3 import secret_pb2, tls_pb2
-from google.protobuf import any_pb2
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -31,10 +27,8 @@ from xdscore import (
     LISTENER,
     ROUTE,
     SECRET,
-    Node,
     Resource,
     Snapshot,
-    make_resource,
 )
 from xdscore.builders import eds_cluster, http_listener, load_assignment, route_configuration
 from xdscore.protocol import (
@@ -42,27 +36,35 @@ from xdscore.protocol import (
     DeltaResponse,
     DeltaServer,
     DiscoveryRequest,
-    ErrorDetail,
     SotwResponse,
     SotwServer,
 )
 from xdscore.wire import type_info
 
+from ..factories import (
+    CL_A,
+    CL_A2,
+    CL_B,
+    CL_C,
+    EP_A,
+    EP_A2,
+    EP_B,
+    EP_C,
+    ERROR,
+    LS_2,
+    NODE,
+    nonce_source,
+    secret,
+    tls_cluster,
+    version,
+)
+
 Protocol = Literal["sotw", "delta"]
 Follow = Literal["envoy", "grpc"] | None
 
-NODE = Node(id="node-1", raw=b"\n\x06node-1")
-ERROR = ErrorDetail(code=3, message="rejected: route")
 SHORT = {SECRET: "SDS", CLUSTER: "CDS", ENDPOINT: "EDS", LISTENER: "LDS", ROUTE: "RDS"}
 
-CL_A, CL_B, CL_C = eds_cluster("a"), eds_cluster("b"), eds_cluster("c")
-CL_A2 = eds_cluster("a", connect_timeout=5.0)
-EP_A = load_assignment("a", [("10.0.0.1", 80)])
-EP_A2 = load_assignment("a", [("10.0.0.2", 80)])
-EP_B = load_assignment("b", [("10.0.1.1", 80)])
-EP_C = load_assignment("c", [("10.0.2.1", 80)])
 LS = http_listener("l", 10000, "r")
-LS_2 = http_listener("l2", 10002, "r2")
 RC_A = route_configuration("r", [("/", "a")])
 RC_A_HEADER = route_configuration("r", [("/", "a")], response_headers={"x-v": "2"})
 RC_B = route_configuration("r", [("/", "b")])
@@ -74,28 +76,6 @@ ON_A = Snapshot([CL_A, EP_A, LS, RC_A])
 MOVED_TO_B = Snapshot([CL_B, EP_B, LS, RC_B])
 """One change: the route goes to the new cluster ``b``; ``a`` and its endpoints are gone."""
 MOVED_TO_C = Snapshot([CL_C, EP_C, LS, RC_C])
-
-
-def version(message: object) -> str:
-    return make_resource(message).version
-
-
-def tls_cluster(name: str, secret: str) -> cluster_pb2.Cluster:
-    """An EDS cluster whose upstream TLS certificate comes from SDS secret ``secret``."""
-    cluster = eds_cluster(name)
-    context = tls_pb2.UpstreamTlsContext()
-    context.common_tls_context.tls_certificate_sds_secret_configs.add(name=secret)
-    packed = any_pb2.Any()
-    packed.Pack(context)
-    cluster.transport_socket.name = "envoy.transport_sockets.tls"
-    cluster.transport_socket.typed_config.CopyFrom(packed)
-    return cluster
-
-
-def secret(name: str, chain: str = "cert") -> secret_pb2.Secret:
-    value = secret_pb2.Secret(name=name)
-    value.tls_certificate.certificate_chain.inline_string = chain
-    return value
 
 
 # -- the client model ---------------------------------------------------------------------
@@ -129,8 +109,7 @@ class Client:
         type_url: str | None = None,
         follow: Follow = None,
     ) -> None:
-        counter = itertools.count(1)
-        source = lambda: f"n{next(counter)}"  # noqa: E731
+        source = nonce_source()
         self.protocol = protocol
         self.machine: SotwServer | DeltaServer
         if protocol == "sotw":
@@ -752,12 +731,12 @@ def test_secrets_go_before_clusters_that_reference_them(protocol: Protocol) -> N
     client = Client(protocol)
     client.subscribe(CLUSTER)
     client.subscribe(SECRET, ["cert"])
-    view = Snapshot([tls_cluster("s", "cert"), secret("cert")])
+    view = Snapshot([tls_cluster("s", certificates=["cert"]), secret("cert")])
     assert client.poll(view) == [SECRET]  # the cluster waits for its secret
     assert client.poll(view) == []
     client.ack(SECRET)
     assert client.poll(view) == [CLUSTER]
-    assert client.offered(CLUSTER) == {"s": version(tls_cluster("s", "cert"))}
+    assert client.offered(CLUSTER) == {"s": version(tls_cluster("s", certificates=["cert"]))}
 
 
 @PROTOCOLS
@@ -767,15 +746,15 @@ def test_cluster_moving_to_a_new_secret_keeps_the_old_secret_until_acked(
     client = Client(protocol)
     client.subscribe(SECRET, ["old", "new"])
     client.subscribe(CLUSTER)
-    client.settle(Snapshot([tls_cluster("s", "old"), secret("old")]))
-    moved = Snapshot([tls_cluster("s", "new"), secret("new")])
+    client.settle(Snapshot([tls_cluster("s", certificates=["old"]), secret("old")]))
+    moved = Snapshot([tls_cluster("s", certificates=["new"]), secret("new")])
     assert client.poll(moved) == [SECRET]
     assert client.offered(SECRET) == {"new": version(secret("new"))}
     assert "old" not in client.removes(SECRET)
     assert client.poll(moved) == []
     client.ack(SECRET)
     assert client.poll(moved) == [CLUSTER]
-    assert client.offered(CLUSTER) == {"s": version(tls_cluster("s", "new"))}
+    assert client.offered(CLUSTER) == {"s": version(tls_cluster("s", certificates=["new"]))}
     client.ack(CLUSTER)
     if protocol == "delta":  # the old secret is removed only now (SotW SDS never removes)
         assert client.poll(moved) == [SECRET]
@@ -806,7 +785,8 @@ def test_per_type_cluster_stream_is_never_ordered(protocol: Protocol) -> None:
     # A cluster whose secret this stream cannot know about goes at once too.
     sds_less = Client(protocol, type_url=CLUSTER, ordered=True)
     sds_less.subscribe(CLUSTER)
-    assert sds_less.poll(Snapshot([tls_cluster("s", "cert"), secret("cert")])) == [CLUSTER]
+    view = Snapshot([tls_cluster("s", certificates=["cert"]), secret("cert")])
+    assert sds_less.poll(view) == [CLUSTER]
     assert "s" in sds_less.offered(CLUSTER)
 
 

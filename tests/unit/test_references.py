@@ -11,7 +11,6 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
 )
 from envoy.extensions.filters.network.tcp_proxy.v3 import tcp_proxy_pb2
 from envoy.extensions.transport_sockets.tls.v3 import tls_pb2
-from google.protobuf import any_pb2
 from google.protobuf.message import Message
 
 from xdscore import (
@@ -27,11 +26,7 @@ from xdscore import (
 from xdscore.builders import api_listener, eds_cluster, http_listener, route_configuration
 from xdscore.wire._references import Reference, references, unresolvable
 
-
-def _pack(message: Message) -> any_pb2.Any:
-    packed = any_pb2.Any()
-    packed.Pack(message)
-    return packed
+from ..factories import pack, tls_cluster
 
 
 def refs(type_url: str, message: Message) -> set[tuple[str, str]]:
@@ -53,10 +48,10 @@ def _listener_with(
     for index, config in enumerate(network_filters):
         network_filter = chain.filters.add()
         network_filter.name = f"filter-{index}"
-        network_filter.typed_config.CopyFrom(_pack(config))
+        network_filter.typed_config.CopyFrom(pack(config))
     if tls is not None:
         chain.transport_socket.name = "envoy.transport_sockets.tls"
-        chain.transport_socket.typed_config.CopyFrom(_pack(tls))
+        chain.transport_socket.typed_config.CopyFrom(pack(tls))
     return listener_pb2.Listener(name="l", filter_chains=[chain])
 
 
@@ -127,7 +122,7 @@ def test_listener_default_filter_chain_is_read_too() -> None:
     network_filter = chain.filters.add()
     network_filter.name = "tcp"
     network_filter.typed_config.CopyFrom(
-        _pack(tcp_proxy_pb2.TcpProxy(stat_prefix="t", cluster="fallback"))
+        pack(tcp_proxy_pb2.TcpProxy(stat_prefix="t", cluster="fallback"))
     )
     assert refs(LISTENER, listener) == {(ROUTE, "main-routes"), (CLUSTER, "fallback")}
 
@@ -241,11 +236,9 @@ def test_non_eds_cluster_has_no_endpoint_reference() -> None:
 
 
 def test_cluster_upstream_tls_refers_to_sds_secrets() -> None:
-    cluster = eds_cluster("secure")
-    tls = tls_pb2.UpstreamTlsContext(sni="secure.example.com")
-    _tls_context_names(tls.common_tls_context)
-    cluster.transport_socket.name = "envoy.transport_sockets.tls"
-    cluster.transport_socket.typed_config.CopyFrom(_pack(tls))
+    cluster = tls_cluster(
+        "secure", certificates=["cert-1", "cert-2"], validation="ca", sni="secure.example.com"
+    )
     assert refs(CLUSTER, cluster) == {
         (ENDPOINT, "secure"),
         (SECRET, "cert-1"),
@@ -260,7 +253,7 @@ def test_cluster_transport_socket_matches_are_read_too() -> None:
     tls.common_tls_context.tls_certificate_sds_secret_configs.add(name="mtls-cert")
     match = cluster.transport_socket_matches.add(name="mtls")
     match.transport_socket.name = "envoy.transport_sockets.tls"
-    match.transport_socket.typed_config.CopyFrom(_pack(tls))
+    match.transport_socket.typed_config.CopyFrom(pack(tls))
     assert refs(CLUSTER, cluster) == {(ENDPOINT, "matched"), (SECRET, "mtls-cert")}
     assert "transport_socket_matches[mtls]" in fields(CLUSTER, cluster)[(SECRET, "mtls-cert")]
 
@@ -268,7 +261,7 @@ def test_cluster_transport_socket_matches_are_read_too() -> None:
 def test_cluster_with_non_tls_transport_socket() -> None:
     cluster = eds_cluster("plain")
     cluster.transport_socket.name = "raw"
-    cluster.transport_socket.typed_config.CopyFrom(_pack(base_pb2.Metadata()))
+    cluster.transport_socket.typed_config.CopyFrom(pack(base_pb2.Metadata()))
     assert refs(CLUSTER, cluster) == {(ENDPOINT, "plain")}
 
 

@@ -6,6 +6,14 @@ test decides when each message arrives and requests and responses cross exactly 
 can on a real connection. :meth:`disconnect` drops what is in flight and starts a new
 stream: a fresh server machine, and the client's reconnect requests. Every message goes
 through the real codec (encoded, then decoded) unless ``wire=False``.
+
+Like h11's ``ConnectionPair``, the pair checks that what arrives is what was sent: each
+request as it comes off the wire equals (as a record) the one the client machine produced,
+and each response carries exactly the type URL, version, nonce, resources (type URL, name,
+version and body bytes, in order) and removals the server machine produced. A mismatch
+raises :class:`AssertionError` saying which field differs. The check is made as each
+message comes off the wire, before it is queued for delivery, so it also holds for a test
+that takes messages from ``requests`` or ``responses`` itself.
 """
 
 from __future__ import annotations
@@ -13,7 +21,9 @@ from __future__ import annotations
 import itertools
 from collections import deque
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
+
+import attrs
 
 from ..protocol._delta_client import DeltaClient
 from ..protocol._delta_server import DeltaResponse, DeltaServer
@@ -30,6 +40,7 @@ from ..wire._records import (
     DiscoveryResponse,
     Node,
 )
+from ..wire._resource import Resource
 
 __all__ = ["DeltaPair", "SotwPair"]
 
@@ -75,15 +86,27 @@ class _Pair(Generic[_Client, _Server, _Request, _Response]):
     def _nonce(self) -> str:
         return f"{self.streams}.{next(self._nonces)}"
 
+    def _record(self, response: SotwResponse | DeltaResponse) -> _Response:
+        """``response`` as the client record it stands for, without the wire."""
+        raise NotImplementedError
+
     def _to_client(self, response: SotwResponse | DeltaResponse) -> _Response:
         raise NotImplementedError
 
     def _through_wire(self, request: _Request) -> _Request:
         raise NotImplementedError
 
+    def _arrived(self, response: SotwResponse | DeltaResponse) -> _Response:
+        """``response`` as the client reads it off the wire, checked against what was sent."""
+        arrived = self._to_client(response)
+        _same(type(self).__name__, "response", _fields(self._record(response)), _fields(arrived))
+        return arrived
+
     def send(self, request: _Request) -> None:
         """Put a client request on the wire (it arrives at :meth:`deliver_request`)."""
-        self.requests.append(self._through_wire(request) if self._wire else request)
+        arrived = self._through_wire(request) if self._wire else request
+        _same(type(self).__name__, "request", _fields(request), _fields(arrived))
+        self.requests.append(arrived)
 
     def deliver_request(self) -> list[Event]:
         """The server receives the oldest request in flight; its events are returned."""
@@ -93,7 +116,7 @@ class _Pair(Generic[_Client, _Server, _Request, _Response]):
 
     def poll(self) -> list[_Response]:
         """The server sends what is due against the current view."""
-        out = [self._to_client(r) for r in self.server.poll(self._view())]
+        out = [self._arrived(r) for r in self.server.poll(self._view())]
         self.responses.extend(out)
         self.sent.extend(out)
         return out
@@ -144,6 +167,10 @@ class SotwPair(_Pair[SotwClient, SotwServer, DiscoveryRequest, DiscoveryResponse
                     body=response.selection.sotw_body,
                 )
             )
+        return self._record(response)
+
+    def _record(self, response: SotwResponse | DeltaResponse) -> DiscoveryResponse:
+        assert isinstance(response, SotwResponse)
         return DiscoveryResponse(
             type_url=response.type_url,
             version_info=response.version_info,
@@ -173,6 +200,10 @@ class DeltaPair(_Pair[DeltaClient, DeltaServer, DeltaDiscoveryRequest, DeltaDisc
                     removed=response.removed,
                 )
             )
+        return self._record(response)
+
+    def _record(self, response: SotwResponse | DeltaResponse) -> DeltaDiscoveryResponse:
+        assert isinstance(response, DeltaResponse)
         return DeltaDiscoveryResponse(
             type_url=response.type_url,
             system_version_info=response.system_version_info,
@@ -180,3 +211,35 @@ class DeltaPair(_Pair[DeltaClient, DeltaServer, DeltaDiscoveryRequest, DeltaDisc
             resources=response.resources,
             removed_resources=response.removed,
         )
+
+
+def _fields(
+    message: DiscoveryRequest | DeltaDiscoveryRequest | DiscoveryResponse | DeltaDiscoveryResponse,
+) -> dict[str, Any]:
+    """What must survive the wire: every field of a request; every field of a response but
+    the control plane's identifier (the pair sends none), its resources by type URL, name,
+    version and body."""
+    fields = attrs.asdict(message, recurse=False)
+    if isinstance(message, DiscoveryResponse | DeltaDiscoveryResponse):
+        del fields["control_plane"]
+        fields["resources"] = [_content(resource) for resource in message.resources]
+    return fields
+
+
+def _content(resource: Resource) -> tuple[str, str, str, bytes]:
+    return (resource.type_url, resource.name, resource.version, resource.body)
+
+
+def _same(pair: str, what: str, sent: dict[str, Any], arrived: dict[str, Any]) -> None:
+    """Raise :class:`AssertionError` naming every field in which ``arrived`` differs."""
+    if sent == arrived:
+        return
+    differences = [
+        f"  {name}: sent {sent.get(name)!r:.300}, arrived {arrived.get(name)!r:.300}"
+        for name in sorted(sent.keys() | arrived.keys())
+        if sent.get(name) != arrived.get(name)
+    ]
+    raise AssertionError(
+        f"{pair}: a {what} arrived other than it was sent "
+        f"({sent.get('type_url')!r}):\n" + "\n".join(differences)
+    )
