@@ -1,5 +1,5 @@
 """The xdscore command line: serve a directory of Envoy resources over xDS, analyze it,
-and ask a running control plane about its proxies."""
+ask a running control plane about its proxies, and compare one proxy with it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import anyio
 
-from . import _analyze, _serve, _status
+from . import _analyze, _diff, _serve, _status
 from ._common import EXIT_USAGE, set_up_logging
 
 __all__ = ["main"]
@@ -35,6 +35,7 @@ def _parser() -> argparse.ArgumentParser:
     _serve.add_parser(commands)
     _analyze.add_parser(commands)
     _status.add_parsers(commands)
+    _diff.add_parser(commands)
     return parser
 
 
@@ -48,4 +49,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _analyze.run(args)
     if args.command in _status.COMMANDS:
         return anyio.run(_status.run, args)
+    if args.command == "diff":
+        return anyio.run(_diff.run, args)
     return EXIT_USAGE
