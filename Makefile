@@ -27,8 +27,9 @@ lint: venv
 	$(VENV)/bin/lint-imports
 	$(PY) -m ruff format --check xdscore tests examples benchmarks
 
+## The library, and the test helpers other test modules build on.
 typecheck: venv
-	$(PY) -m mypy --strict xdscore
+	$(VENV)/bin/mypy --strict xdscore tests/factories.py tests/property/_invariants.py tests/property/_model.py tests/integration/_envoy_support.py tests/integration/_delta_support.py tests/fault/_clients.py
 
 unit: venv
 	$(PY) -m pytest tests/unit tests/property $(PYTEST_ARGS)

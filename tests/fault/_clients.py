@@ -44,6 +44,8 @@ from xdscore import (
 )
 from xdscore import builders as b
 
+from ..factories import wait_until
+
 ADS = "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources"
 DELTA_ADS = "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources"
 CDS = "/envoy.service.cluster.v3.ClusterDiscoveryService/StreamClusters"
@@ -114,6 +116,15 @@ class Plane:
 
     def active(self) -> int:
         return len(list(self.server.streams()))
+
+    def writing(self, stream_id: int, type_url: str) -> bool:
+        """Whether the server sent (or is writing: it polls, then writes at once) a response
+        of ``type_url`` on stream ``stream_id`` that the client has not answered yet."""
+        for stream in self.server.streams():
+            if stream.info.id == stream_id:
+                state = stream.machine.type_states().get(type_url)
+                return state is not None and state.outstanding is not None
+        return False
 
 
 @asynccontextmanager
@@ -494,9 +505,7 @@ async def healthy_client(
 
 async def eventually(condition: Callable[[], bool], timeout: float = 5.0) -> None:
     """Wait until ``condition()`` holds, polling (the server state it reads has no event)."""
-    with anyio.fail_after(timeout):
-        while not condition():  # noqa: ASYNC110
-            await anyio.sleep(0.01)
+    await wait_until(condition, timeout=timeout)
 
 
 def rss_bytes() -> int:

@@ -86,6 +86,8 @@ async def _grpc_settled() -> AsyncIterator[None]:
     """
     yield
     gc.collect()
+    # Not a wait for a condition: grpc's completions for this test's calls come in through
+    # the event loop, and nothing tells when the last has; this gives them some turns.
     await anyio.sleep(0.02)
 
 
@@ -447,7 +449,8 @@ async def test_client_that_stops_reading(delta: bool) -> None:
             await stuck.send(make(ENDPOINT, names, node_id="stuck"))
             await eventually(lambda: plane.active() == 3 and plane.cache.watcher_count() == 3)
             stuck_id = plane.recorder.stream_of("stuck")
-            await anyio.sleep(0.3)  # the server starts writing the first response
+            # The server is writing the first response (and will be until the client reads).
+            await eventually(lambda: plane.writing(stuck_id, ENDPOINT))
 
             rss_before = rss_bytes()
             slowest = 0.0
@@ -528,6 +531,15 @@ async def test_max_streams() -> None:
 # -- 8. abrupt disconnects -----------------------------------------------------------------
 
 
+async def _busy_or_idle(plane: Plane, stream_id: int, *, mid_response: bool) -> None:
+    """Wait until the server is blocked writing the stream's first response (mid_response),
+    or has written it and waits for the client (idle)."""
+    if mid_response:
+        await eventually(lambda: plane.writing(stream_id, ENDPOINT))
+    else:
+        await eventually(lambda: plane.recorder.responses[stream_id] == 1)
+
+
 async def leave_abruptly(plane: Plane, how: str, *, mid_response: bool) -> int:
     """Open a stream, leave it ``how``, wait for the server to close it; return its id.
 
@@ -543,9 +555,7 @@ async def leave_abruptly(plane: Plane, how: str, *, mid_response: bool) -> int:
         )
         await eventually(lambda: plane.cache.watcher_count() == baseline + 1)
         leaver = plane.recorder.stream_of("leaver")
-        if not mid_response:
-            await eventually(lambda: plane.recorder.responses[leaver] == 1)
-        await anyio.sleep(0.3)
+        await _busy_or_idle(plane, leaver, mid_response=mid_response)
         plane.publish()
         raw.drop()  # a TCP reset, no HTTP/2 goodbye
     else:
@@ -558,7 +568,7 @@ async def leave_abruptly(plane: Plane, how: str, *, mid_response: bool) -> int:
                 await call.recv()
             await eventually(lambda: plane.cache.watcher_count() == baseline + 1)
             leaver = plane.recorder.stream_of("leaver")
-            await anyio.sleep(0.3)
+            await _busy_or_idle(plane, leaver, mid_response=mid_response)
             plane.publish()
             if how == "cancel":
                 call.cancel()  # RST_STREAM; the connection stays up

@@ -1,143 +1,50 @@
 """Helpers for the real-Envoy Delta (incremental) xDS tests: a recording callbacks object
-that understands Delta responses, resource builders, traffic probes and admin readers."""
+that understands Delta responses, resource builders and admin readers (traffic and the
+callback log itself are in ``_envoy_support``)."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
-import time
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-import anyio
-import attrs
-
-from xdscore import (
-    CLUSTER,
-    ENDPOINT,
-    LISTENER,
-    ROUTE,
-    Resource,
-    ResponseAcked,
-    ResponseNacked,
-    ServerCallbacks,
-    StreamInfo,
-    make_resource,
-)
+from xdscore import Resource, make_resource
 from xdscore import builders as b
-from xdscore.protocol import (
-    DeltaDiscoveryRequest,
-    DeltaResponse,
-    DiscoveryRequest,
-    Event,
-    SotwResponse,
-)
-from xdscore.testing import Envoy, http_get
+from xdscore.protocol import DeltaDiscoveryRequest, DeltaResponse
+from xdscore.testing import Envoy
+
+from ..factories import short
+from ._envoy_support import ALL_TYPES, CallbackLog
 
 __all__ = [
-    "ALL_TYPES",
     "DeltaRecorder",
-    "Traffic",
     "cluster_hosts",
     "dynamic_clusters",
-    "get",
     "resources",
-    "short",
-    "traffic_running",
-    "wait_traffic",
 ]
 
-ALL_TYPES = (CLUSTER, ENDPOINT, LISTENER, ROUTE)
 
-
-def short(type_url: str) -> str:
-    """``Cluster`` for the cluster type URL, and so on (for messages)."""
-    return type_url.rsplit(".", 1)[-1]
-
-
-@attrs.define
-class Entry:
-    """One callback: ``kind`` is open/close/request/response/ack/nack/event."""
-
-    kind: str
-    stream: StreamInfo
-    item: Any
-    at: float = attrs.field(factory=time.monotonic)
-
-    @property
-    def type_url(self) -> str | None:
-        return getattr(self.item, "type_url", None)
-
-
-class DeltaRecorder(ServerCallbacks):
+class DeltaRecorder(CallbackLog):
     """Records every callback of one server in order (use one recorder per server: stream
     ids and nonces restart with each :class:`XdsServer`)."""
 
-    def __init__(self) -> None:
-        self.entries: list[Entry] = []
-
-    def on_stream_open(self, stream: StreamInfo) -> None:
-        self.entries.append(Entry("open", stream, None))
-
-    def on_stream_close(self, stream: StreamInfo, error: BaseException | None) -> None:
-        self.entries.append(Entry("close", stream, error))
-
-    def on_request(
-        self, stream: StreamInfo, request: DiscoveryRequest | DeltaDiscoveryRequest
-    ) -> None:
-        self.entries.append(Entry("request", stream, request))
-
-    def on_event(self, stream: StreamInfo, event: Event) -> None:
-        self.entries.append(Entry("event", stream, event))
-
-    def on_ack(self, stream: StreamInfo, event: ResponseAcked) -> None:
-        self.entries.append(Entry("ack", stream, event))
-
-    def on_nack(self, stream: StreamInfo, event: ResponseNacked) -> None:
-        self.entries.append(Entry("nack", stream, event))
-
-    def on_response(self, stream: StreamInfo, response: SotwResponse | DeltaResponse) -> None:
-        self.entries.append(Entry("response", stream, response))
-
-    # -- queries -----------------------------------------------------------------------------
-
-    def mark(self) -> int:
-        """A position in the log, for ``since=``."""
-        return len(self.entries)
-
-    def _select(self, kind: str, type_url: str | None, since: int) -> list[Entry]:
-        return [
-            entry
-            for entry in self.entries[since:]
-            if entry.kind == kind and (type_url is None or entry.type_url == type_url)
-        ]
-
     def requests(self, type_url: str | None = None, since: int = 0) -> list[DeltaDiscoveryRequest]:
-        return [entry.item for entry in self._select("request", type_url, since)]
+        return self.select("request", type_url, since=since)
 
-    def responses(self, type_url: str | None = None, since: int = 0) -> list[DeltaResponse]:
-        return [entry.item for entry in self._select("response", type_url, since)]
-
-    def acks(self, type_url: str | None = None, since: int = 0) -> list[ResponseAcked]:
-        return [entry.item for entry in self._select("ack", type_url, since)]
-
-    def nacks(self, type_url: str | None = None, since: int = 0) -> list[ResponseNacked]:
-        return [entry.item for entry in self._select("nack", type_url, since)]
-
-    def opened(self, since: int = 0) -> list[StreamInfo]:
-        return [entry.stream for entry in self._select("open", None, since)]
+    def responses(
+        self, type_url: str | None = None, since: int = 0, until: int | None = None
+    ) -> list[DeltaResponse]:
+        return self.select("response", type_url, since=since, until=until)
 
     def is_acked(self, response: DeltaResponse) -> bool:
         """True if the client ACKed ``response`` (same stream, same nonce)."""
-        streams = [
-            entry.stream for entry in self._select("response", None, 0) if entry.item is response
-        ]
+        streams = [e.stream for e in self.entries if e.kind == "response" and e.item is response]
         return any(
-            entry.item.nonce == response.nonce
+            entry.kind == "ack"
+            and entry.item.nonce == response.nonce
             and entry.item.type_url == response.type_url
             and any(entry.stream is stream for stream in streams)
-            for entry in self._select("ack", None, 0)
+            for entry in self.entries
         )
 
     def latest_acked(self, type_url: str, since: int = 0) -> bool:
@@ -194,78 +101,6 @@ def resources(
     out.append(make_resource(b.http_listener("listener_0", listener_port, "route_0")))
     out.append(make_resource(b.route_configuration("route_0", [("/", routed)])))
     return out
-
-
-# -- traffic --------------------------------------------------------------------------------
-
-
-async def get(port: int) -> tuple[int, dict[str, str], str] | None:
-    """GET / through Envoy's listener; ``None`` if the connection failed."""
-    try:
-        return await http_get("127.0.0.1", port, timeout=5.0)
-    except OSError:
-        return None
-
-
-async def wait_traffic(envoy: Envoy, port: int, body: str, *, timeout: float = 30.0) -> None:
-    """Wait until GET / through Envoy answers 200 with ``body``."""
-    seen: list[Any] = [None]
-
-    async def ok() -> bool:
-        result = await get(port)
-        seen.append(result)
-        return result is not None and result[0] == 200 and result[2] == body
-
-    await envoy.wait_for(ok, timeout=timeout, what=f"traffic answering {body!r} (last: {seen[-1]})")
-
-
-@attrs.define
-class Traffic:
-    """GET / results through Envoy from ``workers`` concurrent loops: (time, status, body)."""
-
-    port: int
-    interval: float = 0.02
-    workers: int = 1
-    results: list[tuple[float, int | None, str]] = attrs.field(factory=list)
-    _stop: asyncio.Event = attrs.field(factory=asyncio.Event)
-
-    async def _worker(self) -> None:
-        while not self._stop.is_set():
-            result = await get(self.port)
-            if result is None:
-                self.results.append((time.monotonic(), None, ""))
-            else:
-                self.results.append((time.monotonic(), result[0], result[2]))
-            with anyio.move_on_after(self.interval):
-                await self._stop.wait()
-
-    async def run(self) -> None:
-        await asyncio.gather(*(self._worker() for _ in range(self.workers)))
-
-    def between(self, start: float, end: float) -> list[tuple[float, int | None, str]]:
-        return [result for result in self.results if start <= result[0] <= end]
-
-    def failures(self) -> list[tuple[float, int | None, str]]:
-        return [result for result in self.results if result[1] != 200]
-
-    def bodies(self) -> set[str]:
-        return {result[2] for result in self.results}
-
-
-@contextlib.asynccontextmanager
-async def traffic_running(
-    port: int, *, interval: float = 0.02, workers: int = 1
-) -> AsyncIterator[Traffic]:
-    """Send GET / through Envoy continuously while the block runs (a plain asyncio task,
-    so a failure in the block reaches the test as itself)."""
-    traffic = Traffic(port, interval, workers)
-    task = asyncio.create_task(traffic.run())
-    try:
-        yield traffic
-    finally:
-        traffic._stop.set()
-        with anyio.CancelScope(shield=True), anyio.move_on_after(15):
-            await task
 
 
 # -- admin ----------------------------------------------------------------------------------

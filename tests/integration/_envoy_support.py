@@ -1,5 +1,6 @@
-"""Helpers for the real-Envoy integration tests: a recording callbacks object, snapshot
-builders for a one-listener/one-route setup, traffic probes and config_dump readers."""
+"""Helpers for the real-Envoy integration tests: recording callbacks, snapshot builders for a
+one-listener/one-route setup, traffic through Envoy (probes, and continuous traffic that can
+be waited on) and config_dump readers. ``_delta_support`` adds what the Delta tests need."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import contextlib
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -41,10 +42,14 @@ from xdscore.protocol import (
 )
 from xdscore.testing import Envoy, http_get
 
+from ..factories import short
+
 __all__ = [
     "ALL_TYPES",
+    "CallbackLog",
+    "Entry",
     "Recorder",
-    "TrafficLog",
+    "Traffic",
     "cds_version",
     "cluster_timeouts",
     "cluster_versions",
@@ -54,18 +59,12 @@ __all__ = [
     "make_snapshot",
     "route_versions",
     "selection_version",
-    "short",
     "traffic_running",
     "wait_traffic",
 ]
 
 ALL_TYPES = (CLUSTER, ENDPOINT, LISTENER, ROUTE)
 _REPO = Path(__file__).resolve().parents[2]
-
-
-def short(type_url: str) -> str:
-    """``Cluster`` for the cluster type URL, and so on (for messages)."""
-    return type_url.rsplit(".", 1)[-1]
 
 
 @attrs.define
@@ -82,41 +81,67 @@ class Entry:
         return getattr(self.item, "type_url", None)
 
 
-class Recorder(ServerCallbacks):
-    """Records every callback in order, so tests can assert on the observed sequence.
-
-    Several servers (before and after a control-plane restart) may share one recorder.
-    """
+class CallbackLog(ServerCallbacks):
+    """Every callback of a server, in order, as :class:`Entry` records (either protocol);
+    :meth:`until` waits for a condition on them, woken by each new entry."""
 
     def __init__(self) -> None:
         self.entries: list[Entry] = []
+        self._added = asyncio.Event()
 
-    # -- callbacks ---------------------------------------------------------------------------
+    def _add(self, kind: str, stream: StreamInfo, item: Any) -> None:
+        self.entries.append(Entry(kind, stream, item))
+        self._added.set()
+
+    async def until(
+        self, condition: Callable[[], bool], *, timeout: float = 30.0, what: str = "condition"
+    ) -> None:
+        """Wait until ``condition()`` holds, checking it after each callback; on timeout,
+        fail with the log."""
+        try:
+            with anyio.fail_after(timeout):
+                while not condition():
+                    self._added.clear()
+                    await self._added.wait()
+        except TimeoutError:
+            raise AssertionError(
+                f"timed out after {timeout} s waiting for {what}; the server saw:\n{self.dump()}"
+            ) from None
+
+    def dump(self, since: int = 0) -> str:
+        """The log as text, for assertion messages."""
+        return "\n".join(
+            f"  stream {entry.stream.id} {entry.kind:8} {entry.item!r:.200}"
+            for entry in self.entries[since:]
+            if entry.kind != "event"
+        )
 
     def on_stream_open(self, stream: StreamInfo) -> None:
-        self.entries.append(Entry("open", stream, None))
+        self._add("open", stream, None)
 
     def on_stream_close(self, stream: StreamInfo, error: BaseException | None) -> None:
-        self.entries.append(Entry("close", stream, error))
+        self._add("close", stream, error)
 
     def on_request(
         self, stream: StreamInfo, request: DiscoveryRequest | DeltaDiscoveryRequest
     ) -> None:
-        self.entries.append(Entry("request", stream, request))
+        self._add("request", stream, request)
 
     def on_event(self, stream: StreamInfo, event: Event) -> None:
-        self.entries.append(Entry("event", stream, event))
+        self._add("event", stream, event)
 
     def on_ack(self, stream: StreamInfo, event: ResponseAcked) -> None:
-        self.entries.append(Entry("ack", stream, event))
+        self._add("ack", stream, event)
 
     def on_nack(self, stream: StreamInfo, event: ResponseNacked) -> None:
-        self.entries.append(Entry("nack", stream, event))
+        self._add("nack", stream, event)
 
     def on_response(self, stream: StreamInfo, response: Any) -> None:
-        self.entries.append(Entry("response", stream, response))
+        self._add("response", stream, response)
 
-    # -- queries -----------------------------------------------------------------------------
+    def mark(self) -> int:
+        """A position in the log, for ``since=``."""
+        return len(self.entries)
 
     def select(
         self,
@@ -125,28 +150,24 @@ class Recorder(ServerCallbacks):
         *,
         streams: Iterable[StreamInfo] | None = None,
         since: int = 0,
+        until: int | None = None,
     ) -> list[Any]:
-        """The recorded items of ``kind`` (optionally of one type / on some streams)."""
+        """The recorded items of ``kind`` (optionally of one type / on some streams) logged
+        from mark ``since`` up to mark ``until``."""
         ids = None if streams is None else {stream.id for stream in streams}
         return [
             entry.item
-            for entry in self.entries[since:]
+            for entry in self.entries[since:until]
             if entry.kind == kind
             and (type_url is None or entry.type_url == type_url)
             and (ids is None or entry.stream.id in ids)
         ]
 
-    def responses(self, type_url: str | None = None, **kw: Any) -> list[SotwResponse]:
-        return self.select("response", type_url, **kw)
+    def acks(self, type_url: str | None = None, since: int = 0) -> list[ResponseAcked]:
+        return self.select("ack", type_url, since=since)
 
-    def requests(self, type_url: str | None = None, **kw: Any) -> list[DiscoveryRequest]:
-        return self.select("request", type_url, **kw)
-
-    def acks(self, type_url: str | None = None, **kw: Any) -> list[ResponseAcked]:
-        return self.select("ack", type_url, **kw)
-
-    def nacks(self, type_url: str | None = None, **kw: Any) -> list[ResponseNacked]:
-        return self.select("nack", type_url, **kw)
+    def nacks(self, type_url: str | None = None, since: int = 0) -> list[ResponseNacked]:
+        return self.select("nack", type_url, since=since)
 
     def opened(self, since: int = 0) -> list[StreamInfo]:
         return [entry.stream for entry in self.entries[since:] if entry.kind == "open"]
@@ -154,9 +175,18 @@ class Recorder(ServerCallbacks):
     def closed(self, since: int = 0) -> list[StreamInfo]:
         return [entry.stream for entry in self.entries[since:] if entry.kind == "close"]
 
-    def mark(self) -> int:
-        """A position in the log, for ``since=``."""
-        return len(self.entries)
+
+class Recorder(CallbackLog):
+    """The callbacks of SotW servers, with queries over SotW requests and responses.
+
+    Several servers (before and after a control-plane restart) may share one recorder.
+    """
+
+    def responses(self, type_url: str | None = None, **kw: Any) -> list[SotwResponse]:
+        return self.select("response", type_url, **kw)
+
+    def requests(self, type_url: str | None = None, **kw: Any) -> list[DiscoveryRequest]:
+        return self.select("request", type_url, **kw)
 
     def acked_versions(self, types: Iterable[str] = ALL_TYPES, since: int = 0) -> dict[str, str]:
         """For each type whose latest response (after ``since``) is ACKed, its version.
@@ -240,17 +270,25 @@ def make_snapshot(
 
 # -- traffic --------------------------------------------------------------------------------
 
+Result = tuple[float, int | None, str]
+"""One GET / through Envoy: (monotonic time, status or ``None`` if it failed, body)."""
 
-async def get(port: int) -> tuple[int, dict[str, str], str] | None:
+
+async def get(port: int, *, timeout: float = 5.0) -> tuple[int, dict[str, str], str] | None:
     """GET / through Envoy's listener; ``None`` if the connection failed."""
     try:
-        return await http_get("127.0.0.1", port, timeout=3.0)
+        return await http_get("127.0.0.1", port, timeout=timeout)
     except OSError:
         return None
 
 
 async def wait_traffic(
-    envoy: Envoy, port: int, body: str, *, header: tuple[str, str] | None = None
+    envoy: Envoy,
+    port: int,
+    body: str,
+    *,
+    header: tuple[str, str] | None = None,
+    timeout: float = 30.0,
 ) -> tuple[int, dict[str, str], str]:
     """Wait until GET / through Envoy answers 200 with ``body`` (and ``header``)."""
     seen: list[Any] = []
@@ -262,49 +300,73 @@ async def wait_traffic(
             return False
         return header is None or result[1].get(header[0]) == header[1]
 
-    await envoy.wait_for(ok, what=f"traffic answering {body!r} {header} (last: {seen[-1:]})")
+    await envoy.wait_for(
+        ok, timeout=timeout, what=f"traffic answering {body!r} {header} (last: {seen[-1:]})"
+    )
     result = seen[-1]
     assert result is not None
     return result  # type: ignore[no-any-return]
 
 
 @attrs.define
-class TrafficLog:
-    """GET / results through Envoy: (monotonic time, status or None, body)."""
+class Traffic:
+    """GET / through Envoy from ``workers`` concurrent loops, every ``interval`` seconds."""
 
     port: int
-    interval: float = 0.05
-    results: list[tuple[float, int | None, str]] = attrs.field(factory=list)
+    interval: float = 0.02
+    workers: int = 1
+    results: list[Result] = attrs.field(factory=list)
     _stop: asyncio.Event = attrs.field(factory=asyncio.Event)
+    _progress: asyncio.Event = attrs.field(factory=asyncio.Event)
 
-    async def run(self) -> None:
+    async def _worker(self) -> None:
         while not self._stop.is_set():
             result = await get(self.port)
             if result is None:
                 self.results.append((time.monotonic(), None, ""))
             else:
                 self.results.append((time.monotonic(), result[0], result[2]))
+            self._progress.set()
             with anyio.move_on_after(self.interval):
                 await self._stop.wait()
 
-    def between(self, start: float, end: float) -> list[tuple[float, int | None, str]]:
+    async def run(self) -> None:
+        await asyncio.gather(*(self._worker() for _ in range(self.workers)))
+
+    async def flowing(self, count: int = 5, *, since: float = 0.0, timeout: float = 10.0) -> None:
+        """Wait until at least ``count`` requests completed after ``since`` (monotonic time),
+        whatever their outcome: traffic ran across whatever happened in between."""
+        with anyio.fail_after(timeout):
+            while len(self.between(since, float("inf"))) < count:
+                self._progress.clear()
+                await self._progress.wait()
+
+    def between(self, start: float, end: float) -> list[Result]:
         return [result for result in self.results if start <= result[0] <= end]
+
+    def failures(self) -> list[Result]:
+        return [result for result in self.results if result[1] != 200]
+
+    def bodies(self) -> set[str]:
+        return {result[2] for result in self.results}
 
 
 @contextlib.asynccontextmanager
-async def traffic_running(port: int, interval: float = 0.05) -> AsyncIterator[TrafficLog]:
-    """Send GET / through Envoy every ``interval`` seconds while the block runs.
+async def traffic_running(
+    port: int, *, interval: float = 0.02, workers: int = 1
+) -> AsyncIterator[Traffic]:
+    """Send GET / through Envoy continuously while the block runs.
 
     A plain asyncio task rather than a task group, so that a failure in the block reaches
     the test as itself rather than inside an exception group.
     """
-    log = TrafficLog(port, interval)
-    task = asyncio.create_task(log.run())
+    traffic = Traffic(port, interval, workers)
+    task = asyncio.create_task(traffic.run())
     try:
-        yield log
+        yield traffic
     finally:
-        log._stop.set()
-        with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+        traffic._stop.set()
+        with anyio.CancelScope(shield=True), anyio.move_on_after(15):
             await task
 
 

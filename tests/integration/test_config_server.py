@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -9,13 +11,18 @@ from pathlib import Path
 
 import anyio
 import anyio.abc
+import attrs
 import pytest
 
 from xdscore.testing import Envoy, HttpBackend, envoy_bootstrap, free_port, http_get
 
+from ..factories import wait_until
+
 pytestmark = [pytest.mark.anyio, pytest.mark.envoy, pytest.mark.timeout(90)]
 
 DEMO = Path(__file__).parents[2] / "examples" / "demo-config"
+APPLIED = "xdscore.config: applied"
+REFUSED = "xdscore.config: refused"
 
 
 def render(target: Path, ports: dict[str, int]) -> None:
@@ -26,25 +33,58 @@ def render(target: Path, ports: dict[str, int]) -> None:
         (target / source.name).write_text(text)
 
 
+@attrs.define
+class Served:
+    """The ``xdscore serve`` process and the lines it logged so far (its stderr)."""
+
+    process: anyio.abc.Process
+    lines: list[str] = attrs.field(factory=list)
+    _logged: asyncio.Event = attrs.field(factory=asyncio.Event)
+
+    async def read_log(self) -> None:
+        assert self.process.stderr is not None
+        buffered = b""
+        async for chunk in self.process.stderr:
+            buffered += chunk
+            *complete, buffered = buffered.split(b"\n")
+            self.lines.extend(line.decode(errors="replace") for line in complete)
+            self._logged.set()
+
+    def count(self, text: str) -> int:
+        return sum(text in line for line in self.lines)
+
+    async def logged(self, text: str, count: int = 1, timeout: float = 20) -> None:
+        """Wait until ``count`` lines holding ``text`` were logged."""
+        with anyio.fail_after(timeout):
+            while self.count(text) < count:
+                self._logged.clear()
+                await self._logged.wait()
+
+
 @asynccontextmanager
-async def serve(directory: Path, port: int) -> AsyncIterator[anyio.abc.Process]:
+async def serve(directory: Path, port: int) -> AsyncIterator[Served]:
     command = [
-        sys.executable, "-m", "xdscore", "serve", str(directory),
+        sys.executable, "-m", "xdscore", "--log-level", "info", "serve", str(directory),
         "--listen", f"127.0.0.1:{port}", "--debounce-ms", "200",
     ]  # fmt: skip
     process = await anyio.open_process(command)
+    served = Served(process)
+    reader = asyncio.create_task(served.read_log())
     try:
         assert process.stdout is not None
         with anyio.fail_after(30):
             banner = (await process.stdout.receive()).decode()
         assert f"on 127.0.0.1:{port}" in banner, banner
-        yield process
+        yield served
     finally:
         process.terminate()
         with anyio.CancelScope(shield=True), anyio.move_on_after(10):
             await process.wait()
         if process.returncode is None:
             process.kill()
+        reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reader
         await process.aclose()
 
 
@@ -56,11 +96,10 @@ async def body(port: int) -> str:
 
 
 async def wait_for_body(port: int, expected: str, timeout: float = 20) -> None:
-    with anyio.fail_after(timeout):
-        while True:
-            if await body(port) == expected:
-                return
-            await anyio.sleep(0.05)
+    async def answers() -> bool:
+        return await body(port) == expected
+
+    await wait_until(answers, timeout=timeout, interval=0.05, what=f"the body {expected!r}")
 
 
 async def test_serve_applies_edits_and_refuses_bad_ones(tmp_path: Path) -> None:
@@ -71,7 +110,7 @@ async def test_serve_applies_edits_and_refuses_bad_ones(tmp_path: Path) -> None:
             {"LISTENER_PORT": listener, "BACKEND_A_PORT": backend_a.port,
              "BACKEND_B_PORT": backend_b.port},
         )  # fmt: skip
-        async with serve(tmp_path, xds), Envoy(envoy_bootstrap(xds_port=xds)) as envoy:
+        async with serve(tmp_path, xds) as served, Envoy(envoy_bootstrap(xds_port=xds)) as envoy:
             await wait_for_body(listener, "A")
             routes = tmp_path / "routes.yaml"
 
@@ -83,23 +122,26 @@ async def test_serve_applies_edits_and_refuses_bad_ones(tmp_path: Path) -> None:
                 routes.write_text(original)
             routes.write_text(original.replace("backend_a", "backend_b"))
             await wait_for_body(listener, "B")
-            await anyio.sleep(1)
+
+            # A dangling reference is refused; the last good snapshot keeps serving. (The
+            # server handles the changes to the directory in order, so once it logged this
+            # refusal it has applied whatever the burst made: one snapshot.)
+            routes.write_text(original.replace("backend_a", "no_such_cluster"))
+            await served.logged(REFUSED)
+            assert served.count(APPLIED) == 1, served.lines
             after = (await envoy.stats())["http.ingress.rds.route_0.update_success"]
             assert after - before == 1
-
-            # A dangling reference is refused; the last good snapshot keeps serving.
-            routes.write_text(original.replace("backend_a", "no_such_cluster"))
-            await anyio.sleep(1.5)
             assert await body(listener) == "B"
             # So is a file that does not parse.
             (tmp_path / "broken.yaml").write_text("@type: [unclosed\n")
-            await anyio.sleep(1.5)
+            await served.logged(REFUSED, count=2)
             assert await body(listener) == "B"
 
             # Fixing both applies the new state.
             (tmp_path / "broken.yaml").unlink()
             routes.write_text(original)
             await wait_for_body(listener, "A")
+            assert served.count(APPLIED) == 2, served.lines
 
 
 async def test_serve_refuses_to_start_on_an_invalid_directory(tmp_path: Path) -> None:

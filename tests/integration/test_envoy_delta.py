@@ -9,6 +9,7 @@ Envoy's listener returns.
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from collections.abc import AsyncIterator, Callable
 
@@ -36,23 +37,13 @@ from xdscore.cache import Cache
 from xdscore.protocol import DeltaDiscoveryRequest
 from xdscore.testing import Envoy, EnvoyError, HttpBackend, envoy_bootstrap, free_port
 
-from ._delta_support import (
-    ALL_TYPES,
-    DeltaRecorder,
-    cluster_hosts,
-    dynamic_clusters,
-    get,
-    resources,
-    short,
-    traffic_running,
-    wait_traffic,
-)
+from ..factories import short
+from ._delta_support import DeltaRecorder, cluster_hosts, dynamic_clusters, resources
+from ._envoy_support import ALL_TYPES, get, traffic_running, wait_traffic
 
 pytestmark = [pytest.mark.anyio, pytest.mark.envoy, pytest.mark.timeout(60)]
 
 LOOPBACK = "127.0.0.1"
-QUIET = 1.5
-"""How long to keep watching for responses that should not be sent."""
 
 
 @contextlib.asynccontextmanager
@@ -105,6 +96,45 @@ def eds_settled(recorder: DeltaRecorder, name: str, since: int) -> bool:
         for response in recorder.responses(ENDPOINT, since)
     )
     return unsubscribed or removed
+
+
+async def barrier(
+    envoy: Envoy,
+    recorder: DeltaRecorder,
+    cache: SnapshotCache,
+    items: list[Resource],
+    name: str,
+    port: int,
+) -> int:
+    """Move unrouted cluster ``name``'s endpoint to ``port`` and wait until Envoy ACKed that
+    EDS update; return the mark taken just before the change.
+
+    The server sends on a stream in order, so everything the server was going to send
+    because of what came before the mark is in the log before it: a test that must see
+    nothing (more) sent checks the log up to the mark, instead of sleeping.
+    """
+    mark = recorder.mark()
+    moved = make_resource(b.load_assignment(name, [(LOOPBACK, port)]))
+    cache.set_snapshot(
+        None, Snapshot([moved if r.type_url == ENDPOINT and r.name == name else r for r in items])
+    )
+
+    def moved_acked() -> bool:
+        sent = recorder.responses(ENDPOINT, since=mark)
+        return bool(sent) and recorder.is_acked(sent[-1]) and moved in sent[-1].resources
+
+    await recorder.until(moved_acked, what=f"the EDS update moving {name} ACKed")
+    sent = [(r.type_url, r.resources, r.removed) for r in recorder.responses(since=mark)]
+    assert [item for item in sent if item[1] or item[2]] == [(ENDPOINT, (moved,), ())], (
+        recorder.dump(mark)
+    )
+    return mark
+
+
+def eds_acked(recorder: DeltaRecorder, resource: Resource, since: int) -> bool:
+    """The latest EDS response after ``since`` carries exactly ``resource``, and is ACKed."""
+    sent = recorder.responses(ENDPOINT, since=since)
+    return bool(sent) and sent[-1].resources == (resource,) and recorder.is_acked(sent[-1])
 
 
 def first_requests(recorder: DeltaRecorder, since: int = 0) -> dict[str, DeltaDiscoveryRequest]:
@@ -207,11 +237,11 @@ async def test_one_endpoint_change_sends_one_cla_only() -> None:
                     lambda: recorder.latest_acked(ENDPOINT, mark),
                     what="the EDS update ACKed",
                 )
-                await anyio.sleep(QUIET)
+                end = await barrier(envoy, recorder, cache, items, "c09", 30009)
                 log = recorder.dump(mark)
 
                 # Exactly one response: EDS, holding only c07's new assignment, no removals.
-                sent = recorder.responses(since=mark)
+                sent = recorder.responses(since=mark, until=end)
                 assert len(sent) == 1, log
                 (response,) = sent
                 assert response.type_url == ENDPOINT, log
@@ -226,6 +256,7 @@ async def test_one_endpoint_change_sends_one_cla_only() -> None:
                 assert hosts["c07"] == {(LOOPBACK, 30007)}
                 assert hosts["c06"] == {(LOOPBACK, 20006)}
                 assert hosts["c08"] == {(LOOPBACK, 20008)}
+                assert hosts["c09"] == {(LOOPBACK, 30009)}
                 assert hosts["backend"] == {(LOOPBACK, backend.port)}
                 await wait_traffic(envoy, listener_port, "hello-A")
 
@@ -244,12 +275,11 @@ async def test_deleting_a_cluster_sends_a_removal_and_envoy_drops_it() -> None:
                 assert "c01" in dynamic_clusters(await envoy.config_dump())
 
                 async with traffic_running(listener_port) as traffic:
-                    await anyio.sleep(0.5)
+                    await traffic.flowing()
                     mark = recorder.mark()
                     remaining = {k: v for k, v in endpoints.items() if k != "c01"}
-                    cache.set_snapshot(
-                        None, Snapshot(resources(listener_port, "backend", remaining))
-                    )
+                    items = resources(listener_port, "backend", remaining)
+                    cache.set_snapshot(None, Snapshot(items))
                     await settle(
                         envoy,
                         recorder,
@@ -264,16 +294,17 @@ async def test_deleting_a_cluster_sends_a_removal_and_envoy_drops_it() -> None:
                         return "c01" not in dynamic_clusters(await envoy.config_dump())
 
                     await envoy.wait_for(dropped, what="Envoy dropping c01")
-                    await anyio.sleep(QUIET)
+                    end = await barrier(envoy, recorder, cache, items, "c02", 30002)
+                    await traffic.flowing(5, since=time.monotonic())
                 log = recorder.dump(mark)
 
                 # CDS sent one removal naming c01 and nothing else.
-                cds = recorder.responses(CLUSTER, since=mark)
+                cds = recorder.responses(CLUSTER, since=mark, until=end)
                 assert [(r.resources, r.removed) for r in cds] == [((), ("c01",))], log
                 # EDS sent nothing but, at most, the removal of c01's assignment: the removal
                 # is held back while Envoy holds the cluster (make-before-break), and Envoy
                 # unsubscribes from c01's endpoints when it drops the cluster.
-                eds = recorder.responses(ENDPOINT, since=mark)
+                eds = recorder.responses(ENDPOINT, since=mark, until=end)
                 assert [(r.resources, r.removed) for r in eds] in ([], [((), ("c01",))]), log
                 assert eds_settled(recorder, "c01", mark), log
                 assert recorder.responses(LISTENER, since=mark) == [], log
@@ -358,14 +389,14 @@ async def test_restart_with_nothing_changed_sends_nothing() -> None:
         async with converged_envoy(before, endpoints, xds_port) as plane:
             envoy, cache, listener_port = plane.envoy, plane.cache, plane.listener_port
             async with traffic_running(listener_port) as traffic:
-                await anyio.sleep(0.5)
+                await traffic.flowing()
                 await plane.stop_control_plane()
                 down = time.monotonic()
-                await anyio.sleep(0.5)
+                await traffic.flowing(5, since=down)  # while the control plane is away
                 async with serving(cache, after, xds_port):
                     await _reconnected(envoy, after)
                     up = time.monotonic()
-                    await anyio.sleep(QUIET)
+                    end = await barrier(envoy, after, cache, plane.items, "c02", 30002)
                     log = after.dump()
 
                     # Every first request said what Envoy holds, with the versions it was sent.
@@ -376,11 +407,12 @@ async def test_restart_with_nothing_changed_sends_nothing() -> None:
                         assert held == versions(plane.items, type_url), (short(type_url), log)
 
                     # So the new stream sent no resource and no removal.
+                    resumed = after.responses(until=end)
                     assert len(after.opened()) == 1, log
-                    assert [r.resources for r in after.responses() if r.resources] == [], log
-                    assert [r.removed for r in after.responses() if r.removed] == [], log
+                    assert [r.resources for r in resumed if r.resources] == [], log
+                    assert [r.removed for r in resumed if r.removed] == [], log
                     assert after.nacks() == [], log
-                    await anyio.sleep(0.3)  # some traffic after the reconnect
+                    await traffic.flowing(5, since=up)  # after the reconnect
 
             # Traffic flowed while the control plane was away and after it came back.
             assert traffic.between(down, up), traffic.results
@@ -399,12 +431,13 @@ async def test_resource_deleted_while_down_is_removed_after_reconnect() -> None:
         async with converged_envoy(before, endpoints, xds_port) as plane:
             envoy, cache, listener_port = plane.envoy, plane.cache, plane.listener_port
             async with traffic_running(listener_port) as traffic:
-                await anyio.sleep(0.5)
+                await traffic.flowing()
                 await plane.stop_control_plane()
                 down = time.monotonic()
                 remaining = {k: v for k, v in endpoints.items() if k != "c01"}
-                cache.set_snapshot(None, Snapshot(resources(listener_port, "backend", remaining)))
-                await anyio.sleep(0.5)
+                items = resources(listener_port, "backend", remaining)
+                cache.set_snapshot(None, Snapshot(items))
+                await traffic.flowing(5, since=down)  # while the control plane is away
                 async with serving(cache, after, xds_port):
                     await _reconnected(envoy, after)
                     up = time.monotonic()
@@ -419,15 +452,16 @@ async def test_resource_deleted_while_down_is_removed_after_reconnect() -> None:
                         return "c01" not in dynamic_clusters(await envoy.config_dump())
 
                     await envoy.wait_for(dropped, what="Envoy dropping c01")
-                    await anyio.sleep(QUIET)
+                    end = await barrier(envoy, after, cache, items, "c02", 30002)
+                    await traffic.flowing(5, since=up)  # after the reconnect
                     log = after.dump()
 
                     # Envoy said it held c01; the first CDS and EDS responses removed it.
                     first = first_requests(after)
                     assert "c01" in first[CLUSTER].initial_resource_versions, log
                     assert "c01" in first[ENDPOINT].initial_resource_versions, log
-                    cds = after.responses(CLUSTER)
-                    eds = after.responses(ENDPOINT)
+                    cds = after.responses(CLUSTER, until=end)
+                    eds = after.responses(ENDPOINT, until=end)
                     assert cds, log
                     assert eds, log
                     assert (cds[0].resources, cds[0].removed) == ((), ("c01",)), log
@@ -462,7 +496,8 @@ async def test_linear_cache_streams_endpoint_updates_under_traffic() -> None:
             ]
         )
         cache = MuxCache({ENDPOINT: linear}, default=snapshots)
-        # Each update differs from the one before: switch, add, remove.
+        # Each update differs from the one before: switch, add, remove. Each is made once
+        # Envoy ACKed the one before and traffic went through it.
         cycle = [[a, bb], [bb], [a, bb], [a]]
         updates = [cycle[i % len(cycle)] for i in range(30)]
         async with serving(cache, recorder) as transport:
@@ -473,23 +508,16 @@ async def test_linear_cache_streams_endpoint_updates_under_traffic() -> None:
                 mark = recorder.mark()
 
                 async with traffic_running(listener_port, interval=0.01, workers=2) as traffic:
-                    await anyio.sleep(0.3)
-                    for hosts in updates:
+                    await traffic.flowing()
+                    for index, hosts in enumerate(updates):
                         linear.set_resource(b.load_assignment("backend", hosts))
-                        await anyio.sleep(0.15)
-                    final = linear.get("backend")
-                    assert final is not None
-
-                    def final_acked() -> bool:
-                        sent = recorder.responses(ENDPOINT, since=mark)
-                        return (
-                            bool(sent)
-                            and [r.version for r in sent[-1].resources] == [final.version]
-                            and recorder.is_acked(sent[-1])
+                        update = linear.get("backend")
+                        assert update is not None
+                        await recorder.until(
+                            functools.partial(eds_acked, recorder, update, mark),
+                            what=f"EDS update {index} ACKed",
                         )
-
-                    await settle(envoy, recorder, final_acked, what="the last EDS update ACKed")
-                    await anyio.sleep(0.5)
+                        await traffic.flowing(2, since=time.monotonic())
                 log = recorder.dump(mark)
 
                 # Only EDS was sent, one CLA per response, and Envoy ACKed every one.
@@ -497,7 +525,7 @@ async def test_linear_cache_streams_endpoint_updates_under_traffic() -> None:
                 assert all(r.type_url == ENDPOINT for r in sent), log
                 assert all([x.name for x in r.resources] == ["backend"] for r in sent), log
                 assert all(r.removed == () for r in sent), log
-                assert len(sent) >= len(updates) // 2, log  # updates 150 ms apart: few merge
+                assert len(sent) == len(updates), log
                 assert all(recorder.is_acked(r) for r in sent), log
                 assert recorder.nacks() == [], recorder.dump()
 

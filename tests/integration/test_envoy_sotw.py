@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import time
 
-import anyio
 import pytest
 
 from xdscore import (
@@ -26,6 +25,7 @@ from xdscore import (
 from xdscore.protocol import DiscoveryRequest
 from xdscore.testing import Envoy, EnvoyError, HttpBackend, envoy_bootstrap, free_port
 
+from ..factories import short
 from ._envoy_support import (
     ALL_TYPES,
     Recorder,
@@ -37,7 +37,6 @@ from ._envoy_support import (
     make_snapshot,
     route_versions,
     selection_version,
-    short,
     traffic_running,
     wait_traffic,
 )
@@ -199,7 +198,8 @@ async def test_per_type_services_converge_route_traffic_and_apply_update() -> No
 async def test_nack_is_reported_not_resent_and_recovered() -> None:
     """A cluster with connect_timeout 0s is NACKed: on_nack has the error, Envoy counts the
     rejection and keeps the old cluster and traffic; the rejected version is sent exactly once
-    over ~3.5 s of unrelated RDS activity on the same stream; the fixed cluster is ACKed."""
+    although two unrelated RDS changes make the server look at every type again on the same
+    stream; the fixed cluster is ACKed, and nothing else of CDS was sent in between."""
     recorder = Recorder()
     with HttpBackend("hello-A") as backend_a:
         listener_port = free_port()
@@ -240,7 +240,7 @@ async def test_nack_is_reported_not_resent_and_recovered() -> None:
                 await wait_traffic(envoy, listener_port, "hello-A")
 
                 # Keep the stream busy: an unrelated route change makes Envoy send more
-                # requests (and the server look at every type again), twice, over a window.
+                # requests (and the server look at every type again), twice.
                 for round_ in (1, 2):
                     route_mark = recorder.mark()
                     cache.set_snapshot(
@@ -260,7 +260,6 @@ async def test_nack_is_reported_not_resent_and_recovered() -> None:
                     await wait_traffic(
                         envoy, listener_port, "hello-A", header=(HEADER, f"r{round_}")
                     )
-                    await anyio.sleep(1.5)
 
                 assert len(recorder.requests(since=mark)) >= 4
                 carrying_rejected = [
@@ -297,6 +296,10 @@ async def test_nack_is_reported_not_resent_and_recovered() -> None:
                 assert cluster_versions(dump) == {"backend_a": fix.version_info}
                 assert cluster_timeouts(dump) == {"backend_a": "2s"}
                 await wait_traffic(envoy, listener_port, "hello-A", header=(HEADER, "r2"))
+                # The server sends in order on the stream, and the fix went out after the
+                # route changes: had anything re-sent the rejected version, it would be here.
+                assert recorder.responses(CLUSTER, since=mark) == [sent, fix], recorder.dump(mark)
+                assert recorder.nacks(since=mark) == [nack], recorder.dump(mark)
 
 
 def _acked(recorder: Recorder, type_url: str, since: int) -> bool:
@@ -346,8 +349,10 @@ async def _check_resumed(
         lambda: {r.type_url for r in recorder.requests(since=mark)} >= set(ALL_TYPES),
         what="Envoy to reconnect and ask for every type",
     )
-    # Give the server time to answer, were it (wrongly) to answer.
-    await anyio.sleep(2.0)
+    await envoy.wait_for(
+        lambda: {ENDPOINT, ROUTE} <= recorder.acked_versions([ENDPOINT, ROUTE], mark).keys(),
+        what="the EDS and RDS answers on the new stream ACKed",
+    )
     [new_stream] = recorder.opened(since=mark)
     assert new_stream.type_url is None
     # The first request of each type presents what Envoy holds (no nonce on a new stream).
@@ -359,18 +364,6 @@ async def _check_resumed(
         assert request.version_info, recorder.dump(mark)
         assert request.response_nonce == "", recorder.dump(mark)
         assert request.version_info == held[type_url], recorder.dump(mark)
-    # Nothing changed: the full state Envoy watches by wildcard (CDS, LDS) is not re-sent,
-    # since content versions agree across servers. EDS and RDS are answered once each, with
-    # exactly the versions Envoy holds: for named subscriptions a version says what was sent,
-    # not what the client kept, so the server does not trust it (inv. 8).
-    for type_url in (CLUSTER, LISTENER):
-        assert recorder.responses(type_url, since=mark) == [], (
-            f"{short(type_url)} re-sent after reconnect:\n" + recorder.dump(mark)
-        )
-    for type_url in (ENDPOINT, ROUTE):
-        versions = [r.version_info for r in recorder.responses(type_url, since=mark)]
-        assert versions == [held[type_url]], recorder.dump(mark)
-    assert recorder.nacks(since=mark) == []
 
     # The new stream is live: a change is delivered and applied, and only that change.
     update_mark = recorder.mark()
@@ -394,6 +387,22 @@ async def _check_resumed(
     assert route_versions(dump) == {"route_0": sent[0].version_info}
     assert cds_version(dump) == held[CLUSTER]
     assert lds_version(dump) == held[LISTENER]
+
+    # Nothing changed before that: the full state Envoy watches by wildcard (CDS, LDS) was not
+    # re-sent, since content versions agree across servers. EDS and RDS were answered once
+    # each, with exactly the versions Envoy holds: for named subscriptions a version says what
+    # was sent, not what the client kept, so the server does not trust it (inv. 8). (The
+    # server sends in order on the stream, and the update went out after every first request
+    # was read: anything those requests caused is in the log before it.)
+    resumed = [e.item for e in recorder.entries[mark:update_mark] if e.kind == "response"]
+    for type_url in (CLUSTER, LISTENER):
+        assert [r for r in resumed if r.type_url == type_url] == [], (
+            f"{short(type_url)} re-sent after reconnect:\n" + recorder.dump(mark)
+        )
+    for type_url in (ENDPOINT, ROUTE):
+        versions = [r.version_info for r in resumed if r.type_url == type_url]
+        assert versions == [held[type_url]], recorder.dump(mark)
+    assert recorder.nacks(since=mark) == []
 
 
 def _all_ok(results: list[tuple[float, int | None, str]]) -> bool:
@@ -419,14 +428,14 @@ async def test_control_plane_restart_resumes_without_resending() -> None:
                 await wait_traffic(envoy, listener_port, "hello-A")
                 [old_stream] = recorder.opened()
                 async with traffic_running(listener_port) as traffic:
-                    await anyio.sleep(0.3)
+                    await traffic.flowing()
 
                     # The control plane goes away; Envoy keeps serving what it has.
                     down_at = time.monotonic()
                     await first.stop()
                     assert recorder.closed() == [old_stream]
                     await _wait_disconnected(envoy, recorder)
-                    await anyio.sleep(1.0)
+                    await traffic.flowing(5, since=down_at)
                     outage = traffic.between(down_at, time.monotonic())
                     assert len(outage) >= 5, outage
                     assert _all_ok(outage), outage
@@ -480,12 +489,12 @@ async def test_control_plane_process_restart_resumes_without_resending() -> None
             assert route_versions(dump) == {"route_0": held[ROUTE]}
 
             async with traffic_running(listener_port) as traffic:
-                await anyio.sleep(0.3)
+                await traffic.flowing()
                 down_at = time.monotonic()
                 process.kill()
                 await process.wait()
                 await _wait_disconnected(envoy)
-                await anyio.sleep(1.0)
+                await traffic.flowing(5, since=down_at)
                 outage = traffic.between(down_at, time.monotonic())
                 assert len(outage) >= 5, outage
                 assert _all_ok(outage), outage

@@ -13,7 +13,6 @@ import itertools
 import json
 import os
 import sys
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent import futures
 from contextlib import asynccontextmanager, contextmanager
@@ -48,6 +47,8 @@ from xdscore.protocol import (
     SotwResponse,
     SubscriptionChanged,
 )
+
+from ..factories import wait_until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.grpc_client]
 
@@ -228,24 +229,29 @@ class XdsClient:
         self.process.stdin.write(f"burst {seconds}\n".encode())
         await self.process.stdin.drain()
         assert await self.read_line(timeout=5) == "BURSTING"
+        # Not a wait for a condition: the client keeps making RPCs back to back, and the
+        # change must land after some of them went through (the subprocess reports its
+        # RPCs only when the burst is over).
         await anyio.sleep(after)
         during()
         summary = json.loads(await self.read_line(timeout=seconds + 15))
         return [(outcome, count) for outcome, count in summary["runs"]]
 
-    async def call_until(self, expected: str, *, within: float, recorder: Recorder) -> float:
-        """Call until the reply is ``OK expected``; returns how long it took."""
-        start = time.monotonic()
-        reply = ""
-        while time.monotonic() - start < within:
-            reply = await self.call()
-            if reply == f"OK {expected}":
-                return time.monotonic() - start
-            await anyio.sleep(0.1)
-        raise AssertionError(
-            f"no reply {expected!r} within {within}s; last was {reply!r}\n"
-            f"exchange:\n{recorder.transcript()}\nclient log:\n{self.log_tail()}"
-        )
+    async def call_until(self, expected: str, *, within: float, recorder: Recorder) -> None:
+        """Call until the reply is ``OK expected``."""
+        replies = [""]
+
+        async def answered() -> bool:
+            replies.append(await self.call())
+            return replies[-1] == f"OK {expected}"
+
+        try:
+            await wait_until(answered, timeout=within, interval=0.1, what=f"reply {expected!r}")
+        except TimeoutError:
+            raise AssertionError(
+                f"no reply {expected!r} within {within}s; last was {replies[-1]!r}\n"
+                f"exchange:\n{recorder.transcript()}\nclient log:\n{self.log_tail()}"
+            ) from None
 
 
 @asynccontextmanager
@@ -306,15 +312,12 @@ async def control_plane(initial: Snapshot) -> AsyncIterator[ControlPlane]:
 
 
 async def eventually(check: Callable[[], bool], what: str, recorder: Recorder) -> None:
-    deadline = time.monotonic() + CONVERGE
-    while True:
-        if check():
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(
-                f"timed out waiting for {what}; exchange:\n{recorder.transcript()}"
-            )
-        await anyio.sleep(0.05)
+    try:
+        await wait_until(check, timeout=CONVERGE, what=what)
+    except TimeoutError:
+        raise AssertionError(
+            f"timed out waiting for {what}; exchange:\n{recorder.transcript()}"
+        ) from None
 
 
 def assert_never_wildcard(recorder: Recorder) -> None:

@@ -55,6 +55,8 @@ from xdscore.protocol import DeltaDiscoveryRequest, DeltaResponse, DiscoveryRequ
 from xdscore.testing import Envoy, HttpBackend, envoy_bootstrap, free_port
 from xdscore.wire import type_info
 
+from ..factories import wait_until
+
 pytestmark = [pytest.mark.anyio, pytest.mark.envoy, pytest.mark.timeout(90)]
 
 MOVES = 8
@@ -70,6 +72,8 @@ MIN_REQUESTS = 200
 """The load must reach at least this many requests for a pass to mean anything ..."""
 MIN_DURING_CHANGE = 5
 """... and at least this many while each change is under way."""
+SETTLED = 20
+"""Requests the load makes on a settled state, before, between and after the changes."""
 CONVERGE = 20.0
 """Seconds Envoy gets to converge after a change (it usually takes well under one)."""
 SCENARIO_TIMEOUT = 75.0
@@ -278,6 +282,8 @@ class Load:
                 if stream is not None:
                     await stream.aclose()
                 stream = reader = None
+                # Not a wait for a condition: a pause before reconnecting, so that a
+                # listener refusing connections is not hammered in a tight loop.
                 await anyio.sleep(0.01)
         if stream is not None:
             await stream.aclose()
@@ -292,6 +298,16 @@ class Load:
 
     def count_between(self, start: float, end: float) -> int:
         return sum(1 for r in self.results if start <= r.at <= end)
+
+    async def flowing(self, count: int, *, since: float | None = None) -> None:
+        """Wait until ``count`` more requests completed (after ``since``, default now)."""
+        start = time.monotonic() if since is None else since
+        await wait_until(
+            lambda: self.count_between(start, float("inf")) >= count,
+            timeout=10,
+            interval=0.005,
+            what=f"{count} requests through Envoy",
+        )
 
     def bodies(self) -> set[str]:
         return {r.detail for r in self.results if r.status == 200}
@@ -475,9 +491,9 @@ async def rig(*, delta: bool, ordered: bool, clusters: int) -> AsyncIterator[Rig
                 start = time.monotonic()
                 async with load_running(listener_port) as load:
                     outcome = Outcome(load, recorder)
-                    await anyio.sleep(0.2)  # the load is flowing before the first change
+                    await load.flowing(SETTLED)  # the load is flowing before the first change
                     yield Rig(cache, envoy, listener_port, [p.port for p in live], outcome)
-                    await anyio.sleep(0.1)  # and still flowing after the last one
+                    await load.flowing(SETTLED)  # and still flowing after the last one
                 outcome.seconds = time.monotonic() - start
 
 
@@ -487,7 +503,7 @@ async def move_route_repeatedly(*, delta: bool, ordered: bool) -> Outcome:
     async with rig(delta=delta, ordered=ordered, clusters=MOVES + 1) as r:
         for i in range(1, MOVES + 1):
             await r.change(f"move to c_{i}", f"c_{i}", [f"c_{i}"])
-            await anyio.sleep(0.1)  # some load on the settled state
+            await r.outcome.load.flowing(SETTLED)  # some load on the settled state
     return r.outcome
 
 
@@ -505,7 +521,7 @@ async def flap_route(*, delta: bool, ordered: bool) -> Outcome:
             await r.converge("c_0", ["c_0"], f"flap to {x} and back")
             r.outcome.changes.append((began, f"flap to {x} and back, deleting it"))
             r.outcome.during.append(r.outcome.load.count_between(began, time.monotonic()))
-            await anyio.sleep(0.05)
+            await r.outcome.load.flowing(SETTLED)
     return r.outcome
 
 
