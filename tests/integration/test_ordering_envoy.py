@@ -55,7 +55,7 @@ from xdscore.protocol import DeltaDiscoveryRequest, DeltaResponse, DiscoveryRequ
 from xdscore.testing import Envoy, HttpBackend, envoy_bootstrap, free_port
 from xdscore.wire import type_info
 
-from ..factories import wait_until
+from ..factories import short, wait_until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.envoy, pytest.mark.timeout(90)]
 
@@ -129,7 +129,7 @@ class Recorder(ServerCallbacks):
                 f"-{list(request.resource_names_unsubscribe)} n={request.response_nonce!r}"
             )
         error = " ERROR" if request.error_detail is not None else ""
-        self._log(f"<- {_short(request.type_url)} {detail}{error}")
+        self._log(f"<- {short(request.type_url)} {detail}{error}")
 
     def on_response(self, stream: StreamInfo, response: Any) -> None:
         now = time.monotonic()
@@ -147,7 +147,7 @@ class Recorder(ServerCallbacks):
             detail = f"{sorted(resources)} removed={sorted(removed)}"
         sent = Sent(now, response.type_url, response.nonce, resources, removed)
         self.sent.append(sent)
-        self._log(f"-> {_short(response.type_url)} {detail} n={response.nonce!r}")
+        self._log(f"-> {short(response.type_url)} {detail} n={response.nonce!r}")
         for hook in [hook for hook in self._hooks if hook[0] in sent.route_targets()]:
             self._hooks.remove(hook)
             self.hooks_run += 1
@@ -155,7 +155,7 @@ class Recorder(ServerCallbacks):
 
     def on_ack(self, stream: StreamInfo, event: ResponseAcked) -> None:
         self.acked[(event.type_url, event.nonce)] = time.monotonic()
-        self._log(f"   ACK {_short(event.type_url)} n={event.nonce!r}")
+        self._log(f"   ACK {short(event.type_url)} n={event.nonce!r}")
 
     def _holding(self, type_url: str) -> dict[str, Resource]:
         """SotW full state: what the last ACKed response of ``type_url`` carried."""
@@ -188,7 +188,7 @@ class Recorder(ServerCallbacks):
                         if not self._surely_held(type_url, cluster, item.at):
                             found.append(
                                 f"{item.at:.4f} route to {cluster} sent before the client "
-                                f"surely held its {_short(type_url)}"
+                                f"surely held its {short(type_url)}"
                             )
             elif item.type_url in (CLUSTER, ENDPOINT):
                 routes = [r for r in self.sent if r.type_url == ROUTE and r.at <= item.at]
@@ -199,7 +199,7 @@ class Recorder(ServerCallbacks):
                 for name in sorted(item.removed):
                     if name in last.route_targets() or acked is None or acked > item.at:
                         found.append(
-                            f"{item.at:.4f} {_short(item.type_url)} removed {name} while the "
+                            f"{item.at:.4f} {short(item.type_url)} removed {name} while the "
                             f"route naming it was held or in flight"
                         )
         return found
@@ -220,11 +220,7 @@ class Recorder(ServerCallbacks):
 
     def on_nack(self, stream: StreamInfo, event: ResponseNacked) -> None:
         self.nacks.append(event)
-        self._log(f"   NACK {_short(event.type_url)} n={event.nonce!r} {event.error.message}")
-
-
-def _short(type_url: str) -> str:
-    return type_url.rsplit(".", 1)[-1]
+        self._log(f"   NACK {short(event.type_url)} n={event.nonce!r} {event.error.message}")
 
 
 # -- the load -----------------------------------------------------------------------------

@@ -29,7 +29,8 @@ from xdscore.protocol._view import ResourceView
 from xdscore.wire import Node
 from xdscore.wire._records import DeltaDiscoveryResponse, DiscoveryResponse
 
-from ._model import Want, short
+from ..factories import short
+from ._model import Want
 
 __all__ = [
     "Ordering",

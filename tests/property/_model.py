@@ -83,10 +83,6 @@ def wanted(want: Want, resources: Mapping[str, Resource]) -> dict[str, str]:
     return {name: r.version for name, r in resources.items() if want.wants(name)}
 
 
-def short(type_url: str) -> str:
-    return type_info(type_url).short_name
-
-
 def name_pool(config: EnvoyConfig, names: Iterable[str]) -> list[str]:
     """Names a client may ask for: the pool, every EDS service name, and one that never exists."""
     pool = set(names)

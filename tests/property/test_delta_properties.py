@@ -41,6 +41,7 @@ from xdscore.testing.strategies import (
 )
 from xdscore.wire._records import DeltaDiscoveryResponse
 
+from ..factories import short
 from . import _invariants as check
 from ._model import (
     NAMES,
@@ -51,7 +52,6 @@ from ._model import (
     delta_want,
     eds_closure,
     name_pool,
-    short,
 )
 
 REMOVED = "<removed>"

@@ -47,6 +47,7 @@ from xdscore.testing.strategies import (
 from xdscore.wire import type_info
 from xdscore.wire._records import DiscoveryRequest, DiscoveryResponse
 
+from ..factories import short
 from . import _invariants as check
 from ._model import (
     NAMES,
@@ -57,7 +58,6 @@ from ._model import (
     eds_closure,
     name_pool,
     resumable,
-    short,
     sotw_want,
     wanted,
 )
