@@ -221,6 +221,8 @@ class ServerDriver(Generic[_Request, _Response]):
         after a response in flight)."""
         self._carrying: dict[str, float] = {}
         """Types whose response in flight carries a cache change made at this time."""
+        self._in_flight: set[str] = set()
+        """Types with a response written (or being written) that the client has not answered."""
 
     async def run(self) -> None:
         """Serve until the client closes its side or goes away; raises :class:`ProtocolError`."""
@@ -275,6 +277,11 @@ class ServerDriver(Generic[_Request, _Response]):
             for response in responses:
                 data = self._codec.encode(response, self._control_plane)
                 type_url, version, nonce = _identity(response)
+                # Before the write: the client's answer may be read before this task resumes.
+                since = self._waiting.pop(type_url, changed)
+                if since is not None:
+                    self._carrying[type_url] = since
+                self._in_flight.add(type_url)
                 if metrics is not None:
                     metrics.pushes_in_flight.inc()
                 try:
@@ -282,9 +289,6 @@ class ServerDriver(Generic[_Request, _Response]):
                 finally:
                     if metrics is not None:
                         metrics.pushes_in_flight.dec()
-                since = self._waiting.pop(type_url, changed)
-                if since is not None:
-                    self._carrying[type_url] = since
                 sent.add(type_url)
                 record = self._records_for(type_url)
                 record.sent_version, record.sent_nonce = version, nonce
@@ -302,8 +306,9 @@ class ServerDriver(Generic[_Request, _Response]):
             for type_url in self.records:
                 if type_url not in sent:
                     self._waiting.setdefault(type_url, changed)
-        if not self._carrying:
-            # Nothing is in flight: what was not sent did not need the change.
+        if not self._in_flight:
+            # Nothing is in flight: what was not sent did not need the change. (A response in
+            # flight, even one that carries no change, may hold back a type that does.)
             self._waiting.clear()
 
     def _records_for(self, type_url: str) -> TypeRecord:
@@ -318,6 +323,7 @@ class ServerDriver(Generic[_Request, _Response]):
             record = self._records_for(event.type_url)
             record.acked_version, record.acked_at = event.version_info, time.time()
             since = self._carrying.pop(event.type_url, None)
+            self._in_flight.discard(event.type_url)
             if metrics is not None:
                 metrics.acks(event.type_url).inc()
                 if since is not None:
@@ -339,6 +345,7 @@ class ServerDriver(Generic[_Request, _Response]):
                 at=time.time(),
             )
             self._carrying.pop(event.type_url, None)
+            self._in_flight.discard(event.type_url)
             if metrics is not None:
                 metrics.nacks(event.type_url).inc()
             log.warning(

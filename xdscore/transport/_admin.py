@@ -11,7 +11,10 @@ Every route is a GET:
 * ``/healthz``: 200 while the process serves HTTP; ``/readyz``: 200 once a transport
   listens and the cache has something to serve, else 503.
 
-Bad requests get a 4xx with a one-line reason; the xDS side never notices.
+Bad requests get a 4xx with a one-line reason; the xDS side never notices. The path, the
+query string and the headers are bounded by the app itself, so the bounds hold however the
+bytes reached the ASGI server (h11's own bound applies only to a request that arrives in
+pieces).
 """
 
 from __future__ import annotations
@@ -34,10 +37,14 @@ from ..wire._node import make_node
 from ..wire._records import Node
 from ..wire._typeurls import all_types, type_info
 
-__all__ = ["MAX_QUERY_BYTES", "AdminApp", "serve_admin"]
+__all__ = ["MAX_HEADER_BYTES", "MAX_PATH_BYTES", "MAX_QUERY_BYTES", "AdminApp", "serve_admin"]
 
 MAX_QUERY_BYTES = 2048
 """A longer query string is refused with 414."""
+MAX_PATH_BYTES = 2048
+"""A longer path is refused with 414."""
+MAX_HEADER_BYTES = 16 * 1024
+"""Headers longer than this in all (names and values) are refused with 431."""
 _NAMES_SHOWN = 100
 """Subscribed names listed per type in ``/status`` (the count is always given)."""
 
@@ -90,9 +97,15 @@ class AdminApp:
     def _handle(self, scope: Scope) -> tuple[int, str, bytes]:
         if scope.get("method") not in ("GET", "HEAD"):
             raise _Reply(405, "only GET is served")
+        raw_path: bytes = scope.get("raw_path") or scope.get("path", "").encode()
+        if len(raw_path) > MAX_PATH_BYTES:
+            raise _Reply(414, f"the path is longer than {MAX_PATH_BYTES} bytes")
         raw_query: bytes = scope.get("query_string", b"")
         if len(raw_query) > MAX_QUERY_BYTES:
             raise _Reply(414, f"the query string is longer than {MAX_QUERY_BYTES} bytes")
+        headers = sum(len(name) + len(value) for name, value in scope.get("headers", ()))
+        if headers > MAX_HEADER_BYTES:
+            raise _Reply(431, f"the headers are longer than {MAX_HEADER_BYTES} bytes in all")
         route = self._routes.get(scope.get("path", ""))
         if route is None:
             known = ", ".join(sorted(self._routes))
