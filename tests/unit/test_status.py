@@ -584,4 +584,6 @@ async def test_the_exposition_parses_and_every_label_is_bounded() -> None:
             assert label in allowed, sample
             assert value in allowed[label], sample
     nacks = [s for s in families["xdscore_nacks"].samples if s.name == "xdscore_nacks_total"]
-    assert [(s.labels, s.value) for s in nacks] == [({"type": "cds"}, 1.0)]
+    assert [(s.labels, s.value) for s in nacks if s.value] == [({"type": "cds"}, 1.0)]
+    # Every registered type's series exists from the start, at zero.
+    assert {s.labels["type"] for s in nacks} >= {"cds", "eds", "lds", "rds", "sds"}

@@ -33,8 +33,9 @@ def set_up_logging(level: str, log_format: str, verbose: list[str]) -> None:
     if log_format == "json":
         handler.setFormatter(
             JsonFormatter(
-                "%(asctime)s %(levelname)s %(name)s %(message)s",
-                rename_fields={"asctime": "time", "levelname": "level", "name": "logger"},
+                "%(levelname)s %(name)s %(message)s",
+                rename_fields={"levelname": "level", "name": "logger"},
+                timestamp="time",
             )
         )
     else:

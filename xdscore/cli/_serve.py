@@ -126,13 +126,18 @@ async def run(args: argparse.Namespace) -> int:
                 host,
                 bound,
             )
-        else:
-            group.start_soon(certificates.watch)
+        stop = anyio.Event()
+        if certificates is not None:
+            group.start_soon(lambda: certificates.watch(stop=stop))
         if args.admin is not None:
             await group.start(_admin, server, args.admin)
         group.start_soon(
             lambda: watch_directory(
-                directory, cache, quiet_ms=args.debounce_ms, max_delay_ms=args.max_delay_ms
+                directory,
+                cache,
+                quiet_ms=args.debounce_ms,
+                max_delay_ms=args.max_delay_ms,
+                stop=stop,
             )
         )
         wanted = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -143,6 +148,7 @@ async def run(args: argparse.Namespace) -> int:
                     continue
                 log.info("received %s, shutting down", signal.Signals(signum).name)
                 break
+        stop.set()
         group.cancel_scope.cancel()
     return EXIT_OK
 

@@ -19,6 +19,7 @@ from ..wire._csds import (
     decode_status_query,
     encode_status_response,
 )
+from ..wire._messages import redacted
 from ._driver import ByteStream, checked
 from ._status import ResourceStatus, SyncState, TypeStatus, resource_statuses, stream_status
 
@@ -101,7 +102,7 @@ def _report(status: TypeStatus, resource: ResourceStatus) -> ResourceReport:
         version=resource.version,
         config_status=config,
         client_status=client,
-        resource=resource.resource,
+        resource=redacted(resource.resource) if resource.resource is not None else None,
         last_updated=status.acked_at if resource.acked else status.sent_at,
         error=nack.message if nack is not None else "",
         error_version=nack.version if nack is not None else "",

@@ -257,9 +257,9 @@ class ServerDriver(Generic[_Request, _Response]):
             for event in self.machine.receive(request):
                 if isinstance(event, NodeIdentified):
                     self.info.node = event.node
+                    _log_open(self.info)
                     self._check_allowed(event.node)
                     self._cancel_watch = self._cache.watch(event.node, self._cache_changed)
-                    _log_open(self.info)
                 self._record(event)
                 self._dispatch(event)
             self._wake.set()

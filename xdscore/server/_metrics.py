@@ -110,3 +110,8 @@ class Metrics:
                 self.streams.labels(protocol, mode)
         for reason in ("closing", "max_streams", "permission_denied"):
             self.refused_streams.labels(reason)
+        for info in all_types():
+            # Every registered type's series exists from the start, so that increase()
+            # sees the first NACK.
+            for counter in (self.nacks, self.acks, self.responses, self.stale_nonces):
+                counter(info.type_url)

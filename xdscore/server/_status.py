@@ -87,7 +87,8 @@ class ResourceStatus:
     current: bool
     """The version is the one the cache holds for the client now."""
     resource: Resource | None
-    """The resource at that version, when known."""
+    """The resource the cache holds for the client now (what it is meant to have), or the
+    one the client holds when the cache no longer has it."""
 
 
 @attrs.frozen(kw_only=True)
@@ -211,17 +212,19 @@ def _delta_sync(
     version = everything.version if everything is not None else ""
     if state.phase is Phase.SENT:
         return SyncState.STALE, version
-    if state.phase is Phase.NACKED:
-        return SyncState.NACKED, version
     if state.phase is Phase.REQUESTED and not state.answered:
         return SyncState.NOT_SENT, version
-    if state.synced is resources and not state.owed:
+    nacked = state.phase is Phase.NACKED
+    if state.synced is resources and not state.owed and not nacked:
         return SyncState.SYNCED, version
-    # The client holds exactly what it wants of the cache, at the cache's versions.
+    # The client holds exactly what it wants of the cache, at the cache's versions (after a
+    # NACK too: the cache may have gone back to what the client kept).
     held = state.held_versions
     wanted = {n: r for n, r in resources.items() if state.subscription.wants(n)}
     in_sync = held.keys() == wanted.keys() and all(held[n] == r.version for n, r in wanted.items())
-    return (SyncState.SYNCED if in_sync else SyncState.STALE), version
+    if in_sync:
+        return SyncState.SYNCED, version
+    return (SyncState.NACKED if nacked else SyncState.STALE), version
 
 
 def resource_statuses(

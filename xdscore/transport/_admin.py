@@ -45,6 +45,7 @@ MAX_PATH_BYTES = 2048
 """A longer path is refused with 414."""
 MAX_HEADER_BYTES = 16 * 1024
 """Headers longer than this in all (names and values) are refused with 431."""
+_KNOWN_TYPES = frozenset(name for info in all_types() for name in (info.short_name, info.type_url))
 _NAMES_SHOWN = 100
 """Subscribed names listed per type in ``/status`` (the count is always given)."""
 
@@ -106,7 +107,11 @@ class AdminApp:
         headers = sum(len(name) + len(value) for name, value in scope.get("headers", ()))
         if headers > MAX_HEADER_BYTES:
             raise _Reply(431, f"the headers are longer than {MAX_HEADER_BYTES} bytes in all")
-        route = self._routes.get(scope.get("path", ""))
+        path: str = scope.get("path", "")
+        root = scope.get("root_path", "")
+        if root and path.startswith(root):
+            path = path[len(root) :] or "/"
+        route = self._routes.get(path)
         if route is None:
             known = ", ".join(sorted(self._routes))
             raise _Reply(404, f"no such page; there are {known}")
@@ -145,6 +150,8 @@ class AdminApp:
         if view is None:
             raise _Reply(404, f"the cache has nothing for node {node_id!r}")
         wanted = _one(query, "type", default="")
+        if wanted and wanted not in _KNOWN_TYPES and wanted not in self._type_urls(node_id):
+            raise _Reply(400, f"unknown type {wanted!r}; give a short name (cds, eds, ...)")
         types = []
         for type_url in self._type_urls(node_id):
             info = type_info(type_url)

@@ -220,7 +220,8 @@ async def _statuses(peer: str) -> AsyncIterator[None]:
     try:
         yield
     except ProtocolError as exc:
-        log.info("stream from %s ended: %s (%s)", peer, exc.message, exc.status.name)
+        # The runtime logs each xDS stream's end; this line is for the record.
+        log.debug("stream from %s ended: %s (%s)", peer, exc.message, exc.status.name)
         raise GRPCError(grpclib.const.Status(exc.status.value), exc.message) from None
     except GRPCError:
         raise

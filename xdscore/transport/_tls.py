@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import anyio
 import watchfiles
 
 from ..server._authorization import PeerIdentity
@@ -99,10 +100,10 @@ class CertificateFiles:
         log.info("loaded new TLS certificate from %s", self.cert_file)
         return True
 
-    async def watch(self, *, quiet_ms: int = 200) -> None:
+    async def watch(self, *, quiet_ms: int = 200, stop: anyio.Event | None = None) -> None:
         """Reload whenever one of the files changes (after ``quiet_ms`` of quiet); runs until
         cancelled. The directories holding the files are watched, so that an atomic rename
-        (how certificate managers replace files) is seen."""
+        (how certificate managers replace files) is seen. ``stop`` ends it at once."""
         files = {self.cert_file, self.key_file}
         if self.client_ca is not None:
             files.add(self.client_ca)
@@ -113,7 +114,11 @@ class CertificateFiles:
             return Path(path).resolve() in resolved or Path(path).name.startswith("..")
 
         async for _changes in watchfiles.awatch(
-            *directories, watch_filter=relevant, step=quiet_ms, debounce=quiet_ms * 5
+            *directories,
+            watch_filter=relevant,
+            step=quiet_ms,
+            debounce=quiet_ms * 5,
+            stop_event=stop,
         ):
             # On the event loop's thread: the context must not change under a handshake.
             self.reload()

@@ -15,13 +15,15 @@ from google.protobuf import json_format, symbol_database
 from google.protobuf.message import DecodeError, Message
 
 from ._resource import Resource
-from ._typeurls import ENDPOINT, TYPE_URL_PREFIX, type_info
+from ._typeurls import ENDPOINT, SECRET, TYPE_URL_PREFIX, type_info
 
 __all__ = [
     "decode_resource",
     "import_all_protos",
     "make_resource",
     "message_class",
+    "REDACTED",
+    "redacted",
     "resource_json",
     "resource_name",
 ]
@@ -91,11 +93,54 @@ def decode_resource(type_url: str, body: bytes) -> Message:
         raise ValueError(f"bytes are not a valid {type_url}: {exc}") from None
 
 
+REDACTED = "[redacted]"
+"""What stands in for a private key, password or shared secret in dumps (as in Envoy's)."""
+_SECRET_FIELDS = frozenset({"private_key", "password", "secret", "pkcs12", "keys"})
+
+
 def resource_json(resource: Resource) -> dict[str, Any]:
-    """``resource`` in the proto3 JSON mapping, with proto field names (as Envoy dumps it)."""
+    """``resource`` in the proto3 JSON mapping, with proto field names (as Envoy dumps it).
+
+    The private parts of secrets (keys, passwords, shared secrets) read ``[redacted]``.
+    """
     import_all_protos()
     message = decode_resource(resource.type_url, resource.body)
-    return dict(json_format.MessageToDict(message, preserving_proto_field_name=True))
+    document = dict(json_format.MessageToDict(message, preserving_proto_field_name=True))
+    return _redact(document) if resource.type_url == SECRET else document
+
+
+def redacted(resource: Resource) -> Resource:
+    """``resource`` with the private parts of a secret replaced (other types unchanged)."""
+    if resource.type_url != SECRET:
+        return resource
+    message = message_class(SECRET)()
+    json_format.ParseDict(resource_json(resource), message)
+    return Resource(
+        type_url=SECRET,
+        name=resource.name,
+        body=message.SerializeToString(deterministic=True),
+        version=resource.version,
+    )
+
+
+def _redact(document: Any) -> Any:
+    if isinstance(document, dict):
+        return {
+            key: _blank(value) if key in _SECRET_FIELDS else _redact(value)
+            for key, value in document.items()
+        }
+    if isinstance(document, list):
+        return [_redact(item) for item in document]
+    return document
+
+
+def _blank(value: Any) -> Any:
+    """A data source (``inline_bytes``, ``filename``, ...) with every value redacted."""
+    if isinstance(value, dict):
+        return {key: _blank(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_blank(item) for item in value]
+    return REDACTED if isinstance(value, str) else value
 
 
 def _betterproto_type_url(message: Any) -> str:

@@ -35,7 +35,7 @@ def decode_node(message: base_pb2.Node) -> Node:
         id=message.id,
         cluster=message.cluster,
         user_agent_name=message.user_agent_name,
-        user_agent_version=message.user_agent_version,
+        user_agent_version=message.user_agent_version or _build_version(message),
         client_features=tuple(message.client_features),
         locality=locality,
         metadata=_struct(message.metadata),
@@ -61,6 +61,14 @@ def _value(value: struct_pb2.Value) -> object:
     if kind is None or kind == "null_value":
         return None
     return getattr(value, kind)
+
+
+def _build_version(message: base_pb2.Node) -> str:
+    """Envoy names its version in ``user_agent_build_version``, not ``user_agent_version``."""
+    if not message.HasField("user_agent_build_version"):
+        return ""
+    version = message.user_agent_build_version.version
+    return f"{version.major_number}.{version.minor_number}.{version.patch}"
 
 
 def encode_node(node: Node | None) -> base_pb2.Node | None:
