@@ -107,11 +107,17 @@ class CertificateFiles:
         files = {self.cert_file, self.key_file}
         if self.client_ca is not None:
             files.add(self.client_ca)
-        resolved = {path.resolve() for path in files}
-        directories = sorted({path.parent for path in resolved})
+        # The directories the paths name, not only those their symlinks lead to now: a
+        # Kubernetes secret volume swaps its ``..data`` link to a new directory and deletes
+        # the old one, so a watch on the old target would see one rotation, then nothing.
+        targets = {path.absolute() for path in files} | {path.resolve() for path in files}
+        directories = sorted({path.parent for path in targets})
 
         def relevant(change: watchfiles.Change, path: str) -> bool:
-            return Path(path).resolve() in resolved or Path(path).name.startswith("..")
+            changed = Path(path)
+            return (
+                changed in targets or changed.resolve() in targets or changed.name.startswith("..")
+            )
 
         async for _changes in watchfiles.awatch(
             *directories,
