@@ -82,10 +82,14 @@ class Workload:
         self.clusters, self.endpoints = clusters, endpoints_per_cluster
 
 
-async def serve(host: str, port: int, clusters: int, endpoints_per_cluster: int) -> None:
+async def serve(
+    host: str, port: int, clusters: int, endpoints_per_cluster: int, metrics: bool
+) -> None:
     workload = Workload(clusters, endpoints_per_cluster)
     workload.push(clusters, endpoints_per_cluster, None)
-    server = XdsServer(workload.cache, control_plane_id="xdscore-bench")
+    server = XdsServer(
+        workload.cache, control_plane_id="xdscore-bench", metrics=None if metrics else False
+    )
     async with GrpclibTransport(server) as transport:
         bound = await transport.start(host, port)
         print(f"LISTENING addr={host}:{bound}", flush=True)
@@ -113,9 +117,12 @@ def main() -> None:
     parser.add_argument("--addr", default="127.0.0.1:0")
     parser.add_argument("--clusters", type=int, default=1000)
     parser.add_argument("--endpoints", type=int, default=10)
+    parser.add_argument(
+        "--no-metrics", action="store_true", help="record no Prometheus metrics (cost check)"
+    )
     args = parser.parse_args()
     host, _, port = args.addr.rpartition(":")
-    anyio.run(serve, host, int(port), args.clusters, args.endpoints)
+    anyio.run(serve, host, int(port), args.clusters, args.endpoints, not args.no_metrics)
 
 
 if __name__ == "__main__":

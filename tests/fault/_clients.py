@@ -43,6 +43,7 @@ from xdscore import (
     same_for_all,
 )
 from xdscore import builders as b
+from xdscore.server import ServerLimits
 
 from ..factories import wait_until
 
@@ -129,12 +130,12 @@ class Plane:
 
 @asynccontextmanager
 async def control_plane(
-    *, limits: StreamLimits | None = None, max_streams: int = 100_000
+    *, limits: StreamLimits | None = None, server_limits: ServerLimits | None = None
 ) -> AsyncIterator[Plane]:
     """A server whose every client (any node) gets one snapshot, stopped on exit."""
     cache = SnapshotCache(group=same_for_all)
     recorder = Recorder()
-    server = XdsServer(cache, callbacks=recorder, limits=limits, max_streams=max_streams)
+    server = XdsServer(cache, callbacks=recorder, limits=limits, server_limits=server_limits)
     transport = GrpclibTransport(server)
     port = await transport.start()
     plane = Plane(cache=cache, server=server, transport=transport, recorder=recorder, port=port)

@@ -30,6 +30,7 @@ from xdscore import (
     RemoteProtocolError,
     StreamLimits,
 )
+from xdscore.server import ServerLimits
 
 from ._clients import (
     ADS,
@@ -492,11 +493,14 @@ async def test_client_that_stops_reading(delta: bool) -> None:
 
 
 async def test_max_streams() -> None:
-    async with control_plane(max_streams=2) as plane, healthy_client(plane) as healthy:
+    async with (
+        control_plane(server_limits=ServerLimits(max_streams=2)) as plane,
+        healthy_client(plane) as healthy,
+    ):
         async with channel(plane.target) as chan:
             second = chan.open(ADS)
             await second.send(request(node_id="second"))
-            await second.recv()
+            await second.send(ack(await second.recv()))
             # Refused as it opens, before any request is read. (The test does not write: a
             # write racing the refusal makes grpcio report its own INTERNAL error.)
             third = chan.open(ADS)
@@ -505,9 +509,13 @@ async def test_max_streams() -> None:
             assert "at its limit of 2 streams" in failure.details
             await healthy.still_served()
 
-            # The second client leaves cleanly (half-close): a new stream is accepted.
+            # A half-close keeps the stream: what the server pushed still arrives...
             await second.call.done_writing()
-            assert (await second.failure()).code == grpc.StatusCode.OK
+            pushed = await second.recv()  # the generation still_served() published
+            assert generation_of(pushed) == plane.generation
+            assert plane.active() == 2
+            # ...the client leaving ends it: a new stream is accepted.
+            second.call.cancel()
             await eventually(lambda: plane.active() == 1)
             fourth = chan.open(ADS)
             await fourth.send(request(node_id="fourth"))

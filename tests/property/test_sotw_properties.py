@@ -81,6 +81,8 @@ class TypeModel:
     """The version_info of the type's first request on the stream."""
     rejected: str | None = None
     """The version last NACKed, until an ACK (what the server will not send again)."""
+    requested: tuple[str, ...] = ()
+    """The names of the type's last request, to tell a duplicate request."""
 
 
 @attrs.frozen
@@ -257,7 +259,9 @@ class SotwProperties(RuleBasedStateMachine):
             want = sotw_want(None, request.resource_names, type_url)
             presented = request.version_info or None
             trusted = presented if resumable(type_url, want) else None
-            self.types[type_url] = TypeModel(want=want, acked=trusted, presented=presented)
+            self.types[type_url] = TypeModel(
+                want=want, acked=trusted, presented=presented, requested=request.resource_names
+            )
             return Expectation(first_of_type=True, changed_to=want)
         nonce = request.response_nonce
         stale = None
@@ -282,7 +286,17 @@ class SotwProperties(RuleBasedStateMachine):
                     model, nacked=None, rejected=None, acked=version, unanswered=None
                 )
         elif model.unanswered is None and model.latest:
-            model = attrs.evolve(model, owed=True)
+            duplicate = (
+                nonce == model.latest
+                and request.error_detail is None
+                and request.resource_names == model.requested
+                and request.version_info == (model.acked or "")
+            )
+            if duplicate:
+                event("sotw: duplicate request, not answered")
+            else:
+                model = attrs.evolve(model, owed=True)
+        model = attrs.evolve(model, requested=request.resource_names)
         want = sotw_want(model.want, request.resource_names, type_url)
         changed_to = None
         if want != model.want:

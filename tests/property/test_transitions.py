@@ -79,12 +79,16 @@ class Harness:
         return cls(protocol, machine)
 
     def request(
-        self, names: tuple[str, ...], nonce: str = "", error: ErrorDetail | None = None
+        self,
+        names: tuple[str, ...],
+        nonce: str = "",
+        error: ErrorDetail | None = None,
+        version: str = "",
     ) -> DiscoveryRequest | DeltaDiscoveryRequest:
         if self.protocol == "sotw":
             return DiscoveryRequest(
                 type_url=CLUSTER, resource_names=names, response_nonce=nonce,
-                error_detail=error, node=NODE,
+                error_detail=error, node=NODE, version_info=version,
             )  # fmt: skip
         return DeltaDiscoveryRequest(
             type_url=CLUSTER, resource_names_subscribe=names, response_nonce=nonce,
@@ -115,17 +119,34 @@ class Harness:
         state = self.machine.type_state(CLUSTER)
         return Phase.IDLE if state is None else state.phase
 
-    def nonce_for(self, given: Input) -> tuple[str, ErrorDetail | None]:
+    def input_request(
+        self, given: Input, names: tuple[str, ...]
+    ) -> DiscoveryRequest | DeltaDiscoveryRequest:
+        """A request that is ``given`` to the cluster type now (``names`` where free)."""
         state = self.machine.type_state(CLUSTER)
         outstanding = state.outstanding.nonce if state and state.outstanding else ""
         latest = state.latest_nonce if state else ""
-        return {
+        if given is Input.DUPLICATE:
+            return self.request(state.requested, latest, version=state.held_version or "")
+        nonce, error = {
             Input.REQUEST: ("", None),
             Input.ACK: (outstanding, None),
             Input.NACK: (outstanding, ERROR),
             Input.STALE: ("not-the-latest", None),
             Input.ECHO: (latest, None),
         }[given]
+        # A version no response had: an echo is then never taken for a duplicate.
+        return self.request(names, nonce, error, version="not-a-version")
+
+    def repeats(self, request: DiscoveryRequest | DeltaDiscoveryRequest) -> bool:
+        """What the SotW machine reads as repeating the type's previous request."""
+        state = self.machine.type_state(CLUSTER)
+        return (
+            isinstance(request, DiscoveryRequest)
+            and state is not None
+            and request.resource_names == state.requested
+            and request.version_info == (state.held_version or "")
+        )
 
 
 def _codes(events: list[Event]) -> set[type]:
@@ -149,17 +170,17 @@ def test_the_machine_does_what_its_cell_says(
         assert harness.phase() is expected.next, where
         return
     before = harness.machine.subscription(CLUSTER)
-    nonce, error = harness.nonce_for(given_input)
-    request = harness.request(names, nonce, error)
+    request = harness.input_request(given_input, names)
     state = harness.machine.type_state(CLUSTER)
     outstanding = state.outstanding if state is not None else None
     assert (
         classify(
             phase,
-            nonce,
-            error=error is not None,
+            request.response_nonce,
+            error=request.error_detail is not None,
             latest_nonce=state.latest_nonce if state else "",
             outstanding_nonce=outstanding.nonce if outstanding else None,
+            repeat=harness.repeats(request),
         )
         is given_input
     ), where

@@ -33,7 +33,7 @@ from xdscore import builders as b
 from xdscore.protocol import DeltaClient, DiscoveryRequest, SotwClient, SotwResponse
 from xdscore.server import ClientDriver
 from xdscore.testing import MemoryByteStream, byte_stream_pair
-from xdscore.wire import encode_request, make_node
+from xdscore.wire import decode_response, encode_request, make_node
 
 pytestmark = pytest.mark.anyio
 DEADLINE = 5.0
@@ -251,9 +251,23 @@ async def test_closing_the_server_cancels_its_streams() -> None:
         assert refused.value.status is GrpcStatus.UNAVAILABLE
 
 
-async def test_a_client_closing_its_side_ends_the_stream_cleanly() -> None:
+async def test_a_client_closing_its_side_still_gets_pushes_until_it_leaves() -> None:
     async with rig() as r:
-        r.client_end.close()
+        r.cache.set_snapshot(None, config(80))
+        machine = SotwClient(node=NODE)
+        await r.client_end.send(encode_request(machine.watch(CLUSTER, None)))
+        await r.client_end.send(encode_request(machine.watch(LISTENER, None)))
+        r.client_end.close()  # no more requests: gRPC's half-close
+        types = set()
+        with anyio.fail_after(DEADLINE):
+            for _ in range(2):  # written after the half-close (each waits for this read)
+                data = await r.client_end.receive()
+                assert data is not None
+                types.add(decode_response(data).type_url)
+        assert types == {CLUSTER, LISTENER}
+        assert r.outcome == []
+        assert [s.info.id for s in r.server.streams()] == [1]
+        r.client_end.reset()
         await until(lambda: bool(r.outcome), lambda: r.recorder.changed)
         assert r.outcome == [None]
         assert r.recorder.closed == [(1, None)]

@@ -210,20 +210,32 @@ def test_inv20_newly_subscribed_names_are_sent() -> None:
 def test_inv20_re_request_with_latest_nonce_after_ack_is_answered() -> None:
     machine = ads()
     first(machine, ROUTE, ["r1"])
-    view = Snapshot([RC_1])
+    view = Snapshot([RC_1, RC_2])
     r1 = only(machine.poll(view))
     ack(machine, r1, ["r1"])
     assert machine.poll(view) == []
-    # The client asks again (e.g. a second listener now wants "r1"): it expects an answer
-    # even though nothing changed.
-    events = machine.receive(req(ROUTE, ["r1"], version=r1.version_info, nonce=r1.nonce))
+    # The client asks again with the latest nonce and another set of names: it is answered,
+    # with everything it now wants, even what it already had.
+    events = machine.receive(req(ROUTE, ["r1", "r2"], version=r1.version_info, nonce=r1.nonce))
     assert of_type(list(events), ResponseAcked) == []
     assert machine.type_states()[ROUTE].owed
     r2 = only(machine.poll(view))
-    assert r2.version_info == r1.version_info
-    assert names(r2) == ["r1"]
+    assert names(r2) == ["r1", "r2"]
     assert r2.nonce != r1.nonce
     assert not machine.type_states()[ROUTE].owed
+
+
+def test_a_duplicate_request_after_an_ack_is_not_answered_again() -> None:
+    machine = ads()
+    first(machine, ROUTE, ["r1"])
+    view = Snapshot([RC_1])
+    r1 = only(machine.poll(view))
+    ack(machine, r1, ["r1"])
+    # The same names, the same version, the same nonce: nothing new is asked for.
+    for _ in range(3):
+        assert machine.receive(req(ROUTE, ["r1"], version=r1.version_info, nonce=r1.nonce)) == []
+        assert not machine.type_states()[ROUTE].owed
+        assert machine.poll(view) == []
 
 
 # --- 21. full state for LDS/CDS ----------------------------------------------------------

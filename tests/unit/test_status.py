@@ -40,7 +40,7 @@ from xdscore.protocol import (
     DiscoveryResponse,
     SotwClient,
 )
-from xdscore.server import ClientDriver
+from xdscore.server import ClientDriver, ServerLimits
 from xdscore.server._metrics import Metrics
 from xdscore.server._status import StreamStatus, SyncState, TypeStatus
 from xdscore.testing import MemoryByteStream, byte_stream_pair
@@ -170,7 +170,9 @@ class Plane:
 async def plane(*, max_streams: int = 100) -> AsyncIterator[Plane]:
     cache = SnapshotCache(group=same_for_all)
     recorder = Recorder()
-    server = XdsServer(cache, callbacks=recorder, max_streams=max_streams)
+    server = XdsServer(
+        cache, callbacks=recorder, server_limits=ServerLimits(max_streams=max_streams)
+    )
     async with anyio.create_task_group() as group:
         yield Plane(server, cache, recorder, group)
         group.cancel_scope.cancel()
@@ -449,12 +451,14 @@ async def test_stream_gauges_follow_streams_opening_and_closing() -> None:
         assert p.value("xdscore_streams", protocol="sotw", mode="per_type") == 1
         assert p.value("xdscore_streams", protocol="delta", mode="per_type") == 0
 
-        sotw[0].close()
+        sotw[0].close()  # a half-close leaves the stream open...
+        sotw[1].reset()  # ...a client going away ends it
         cds.reset()
         await p.until(lambda: len(p.server.status()) == 2)
         assert p.value("xdscore_streams", protocol="sotw", mode="ads") == 1
         assert p.value("xdscore_streams", protocol="delta", mode="ads") == 1
         assert p.value("xdscore_streams", protocol="sotw", mode="per_type") == 0
+        assert {s.node_id for s in p.server.status()} == {"s0", "d"}
 
 
 async def test_a_stale_nonce_is_counted() -> None:

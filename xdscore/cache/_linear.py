@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterable, Mapping
-from types import MappingProxyType
-from typing import Any
+from typing import Any, NoReturn
 
 from ..protocol._subscription import Subscription
 from ..protocol._view import Selection
@@ -12,38 +12,68 @@ from ..wire._messages import make_resource
 from ..wire._records import Node
 from ..wire._resource import Resource
 from ._interface import Cancel, Notify
+from ._memo import budget
 from ._snapshot import select
 from ._watchers import Updates, Watchers
 
 __all__ = ["LinearCache"]
 
 _MEMO_LIMIT = 4096
-_HISTORY = 16
-"""Earlier views a stream can still get a difference against."""
+_HISTORY = 64
+"""Earlier generations a stream can still get a difference against, at most..."""
+_HISTORY_NAMES = 1_000_000
+"""...and at most this many changed names in all."""
+
+_Step = tuple["weakref.ref[Generation]", frozenset[str]]
+"""An earlier generation (weakly held) and the names changed between it and the next."""
+
+
+class Generation(dict[str, Resource]):
+    """One generation's resources, by name: a dict that refuses changes.
+
+    The history refers to generations weakly, so an old one lives only while a stream
+    still holds it (a Delta stream that last reconciled against it).
+    """
+
+    __slots__ = ("__weakref__",)
+
+    def _refuse(self, *args: object, **kwargs: object) -> NoReturn:
+        raise TypeError("a cache generation cannot change")
+
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _refuse
 
 
 class _LinearView:
     """An immutable view of a :class:`LinearCache` at one generation.
 
-    ``history`` lists, oldest first, earlier views' resource mappings with the names that
+    ``history`` lists, oldest first, earlier generations (weakly) with the names that
     changed between each and the next, so a stream that last saw one of them can ask for
     just the difference.
     """
 
-    __slots__ = ("_history", "_memo", "_resources", "generation", "type_url")
+    __slots__ = (
+        "__weakref__",
+        "_history",
+        "_ledger",
+        "_memo",
+        "_resources",
+        "generation",
+        "type_url",
+    )
 
     def __init__(
         self,
         type_url: str,
-        resources: Mapping[str, Resource],
+        resources: Generation,
         generation: int,
-        history: tuple[tuple[Mapping[str, Resource], frozenset[str]], ...],
+        history: tuple[_Step, ...],
     ) -> None:
         self.type_url = type_url
         self.generation = generation
         self._resources = resources
         self._history = history
         self._memo: dict[Subscription, Selection] = {}
+        self._ledger: list[int] = []
 
     def resources(self, type_url: str) -> Mapping[str, Resource] | None:
         return self._resources if type_url == self.type_url else None
@@ -56,7 +86,7 @@ class _LinearView:
         if previous is self._resources:
             return frozenset()
         for index in range(len(self._history) - 1, -1, -1):
-            if self._history[index][0] is previous:
+            if self._history[index][0]() is previous:
                 return frozenset().union(*(names for _, names in self._history[index:]))
         return None
 
@@ -66,7 +96,9 @@ class _LinearView:
         selection = self._memo.get(subscription)
         if selection is None:
             selection = select(type_url, self._resources, subscription)
-            if len(self._memo) < _MEMO_LIMIT:
+            if len(self._memo) < _MEMO_LIMIT and budget.take(
+                self, self._ledger, len(subscription.names) + len(selection)
+            ):
                 self._memo[subscription] = selection
         return selection
 
@@ -86,8 +118,8 @@ class LinearCache:
         self._generation = 0
         self._view: _LinearView | None = None
         self._pending: set[str] = set()
-        self._history: tuple[tuple[Mapping[str, Resource], frozenset[str]], ...] = ()
-        self._last: Mapping[str, Resource] | None = None
+        self._history: tuple[_Step, ...] = ()
+        self._last: weakref.ref[Generation] | None = None
         self._watchers = Watchers()
         self._updates = Updates()
         self.update(put=resources)
@@ -164,12 +196,11 @@ class LinearCache:
     def view(self, node: Node | None = None) -> _LinearView:
         """The current immutable view (the same for every node)."""
         if self._view is None:
-            current = MappingProxyType(dict(self._resources))
+            current = Generation(self._resources)
             if self._last is not None:
-                step = (self._last, frozenset(self._pending))
-                self._history = (*self._history, step)[-_HISTORY:]
+                self._history = _bounded((*self._history, (self._last, frozenset(self._pending))))
             self._pending.clear()
-            self._last = current
+            self._last = weakref.ref(current)
             self._view = _LinearView(self.type_url, current, self._generation, self._history)
         return self._view
 
@@ -180,3 +211,17 @@ class LinearCache:
     def watch(self, node: Node, notify: Notify) -> Cancel:
         """Call ``notify`` after every write that changed something."""
         return self._watchers.add(None, notify)
+
+
+def _bounded(history: tuple[_Step, ...]) -> tuple[_Step, ...]:
+    """``history`` without what no stream can use: leading generations nobody holds any
+    more, and the oldest steps past the bounds."""
+    start = 0
+    while start < len(history) and history[start][0]() is None:
+        start += 1
+    history = history[start:][-_HISTORY:]
+    names = sum(len(changed) for _, changed in history)
+    while history and names > _HISTORY_NAMES:
+        names -= len(history[0][1])
+        history = history[1:]
+    return history

@@ -13,6 +13,7 @@ from ..protocol._view import Selection
 from ..wire._messages import make_resource
 from ..wire._resource import Resource
 from ..wire._typeurls import type_info
+from ._memo import budget
 
 __all__ = ["Inconsistency", "Snapshot", "SnapshotError", "select"]
 
@@ -52,7 +53,7 @@ class Snapshot:
     response body.
     """
 
-    __slots__ = ("__weakref__", "_by_type", "_memo")
+    __slots__ = ("__weakref__", "_by_type", "_ledger", "_memo")
 
     def __init__(self, resources: Iterable[Resource | Any] = (), *, types: Iterable[str] = ()):
         by_type: dict[str, dict[str, Resource]] = {type_url: {} for type_url in types}
@@ -69,6 +70,7 @@ class Snapshot:
             type_url: MappingProxyType(names) for type_url, names in by_type.items()
         }
         self._memo: dict[tuple[str, Subscription], Selection] = {}
+        self._ledger: list[int] = []
 
     @property
     def type_urls(self) -> frozenset[str]:
@@ -109,7 +111,9 @@ class Snapshot:
             if resources is None:
                 return None
             selection = select(type_url, resources, subscription)
-            if len(self._memo) < _MEMO_LIMIT:
+            if len(self._memo) < _MEMO_LIMIT and budget.take(
+                self, self._ledger, len(subscription.names) + len(selection)
+            ):
                 self._memo[key] = selection
         return selection
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Generic, Protocol, TypeVar
 
 from .._errors import ProtocolError
@@ -91,10 +91,13 @@ class ServerMachine(Generic[_State, _Request, _Response]):
             self.state = StreamState.ERROR
             raise
 
-    def poll(self, view: ResourceView | None) -> list[_Response]:
+    def poll(
+        self, view: ResourceView | None, only: Collection[str] | None = None
+    ) -> list[_Response]:
         """The responses due now against ``view``, in make-before-break order of their types.
 
         ``view`` is ``None`` while the cache has nothing for this client: nothing is sent.
+        ``only`` limits the look to those types (the others wait for a later poll).
         Each response returned is in flight from then on (its type is SENT); send them in
         the order given. Raises :class:`~xdscore.LocalProtocolError` if the machine
         already failed; never raises for anything the cache holds.
@@ -104,6 +107,8 @@ class ServerMachine(Generic[_State, _Request, _Response]):
             return []
         out: list[_Response] = []
         for type_url in sorted(self._types, key=lambda url: (type_info(url).rank, url)):
+            if only is not None and type_url not in only:
+                continue
             response = self._respond(type_url, view)
             if response is not None:
                 out.append(response)

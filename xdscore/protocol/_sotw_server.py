@@ -150,6 +150,8 @@ class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
             error=request.error_detail is not None,
             latest_nonce=state.latest_nonce,
             outstanding_nonce=outstanding.nonce if outstanding is not None else None,
+            repeat=request.resource_names == state.requested
+            and request.version_info == (state.held_version or ""),
         )
         move = step("sotw", type_url, state.phase, given)
         for effect in move.effects:

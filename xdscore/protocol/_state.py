@@ -18,16 +18,18 @@ A request is one *input*, decided by :func:`classify` from its nonce alone (inv.
 * ``ACK`` / ``NACK``: it echoes the nonce of the response in flight, without / with
   ``error_detail``;
 * ``STALE``: its nonce is not the latest one sent for the type;
-* ``ECHO``: it echoes the latest nonce, whose response was already ACKed or NACKed.
+* ``ECHO``: it echoes the latest nonce, whose response was already ACKed or NACKed;
+* ``DUPLICATE``: an echo that repeats the request that settled that response (SotW: the
+  same names and the same version), which asks for nothing new.
 
 The server's own input is ``RESPOND``: the machine sends a response of the type.
 
 What an input does depends on the protocol. In SotW a request is the client's whole wish
 list, so a stale one is ignored once a response was sent (a newer request follows the
 response it has not seen yet, inv. 6), and a request after a settled response is answered
-(the client asks again). In Delta every request changes the subscription, stale nonce or
-not (inv. 26): the nonce only pairs ACK and NACK, so an echo of a settled nonce pairs with
-nothing and is reported like a stale one.
+(the client asks again), unless it is a duplicate. In Delta every request changes the
+subscription, stale nonce or not (inv. 26): the nonce only pairs ACK and NACK, so an echo
+of a settled nonce pairs with nothing and is reported like a stale one.
 
 Theory of operation
 -------------------
@@ -107,6 +109,7 @@ class Input(enum.Enum):
     NACK = "nack"
     STALE = "stale"
     ECHO = "echo"
+    DUPLICATE = "duplicate"
     RESPOND = "respond"
 
 
@@ -129,15 +132,22 @@ class Transition:
 
 
 def classify(
-    phase: Phase, nonce: str, *, error: bool, latest_nonce: str, outstanding_nonce: str | None
+    phase: Phase,
+    nonce: str,
+    *,
+    error: bool,
+    latest_nonce: str,
+    outstanding_nonce: str | None,
+    repeat: bool = False,
 ) -> Input:
-    """The input a request with ``nonce`` (and ``error_detail`` if ``error``) is in ``phase``."""
+    """The input a request with ``nonce`` (and ``error_detail`` if ``error``) is in ``phase``;
+    ``repeat`` says it repeats the type's previous request (SotW: names and version)."""
     if phase is Phase.IDLE or not nonce:
         return Input.REQUEST
     if nonce == outstanding_nonce:
         return Input.NACK if error else Input.ACK
     if nonce == latest_nonce:
-        return Input.ECHO
+        return Input.DUPLICATE if repeat and not error else Input.ECHO
     return Input.STALE
 
 
@@ -171,6 +181,7 @@ _SOTW: dict[tuple[Phase, Input], Transition] = {
         {
             Input.REQUEST: (_OWE, _SUB),
             Input.ECHO: (_OWE, _SUB),
+            Input.DUPLICATE: (),
             Input.STALE: (_STALE,),
         },
     ),
@@ -179,6 +190,7 @@ _SOTW: dict[tuple[Phase, Input], Transition] = {
         {
             Input.REQUEST: (_OWE, _SUB),
             Input.ECHO: (_OWE, _SUB),
+            Input.DUPLICATE: (),
             Input.STALE: (_STALE,),
         },
     ),

@@ -1,9 +1,11 @@
 """The server runtime on anyio: the stream registry, the stream driver and callbacks."""
 
+from ._admission import PushSlots, ServerLimits
 from ._authorization import Authorizer, PeerIdentity, SpiffeNodePolicy
 from ._callbacks import ServerCallbacks, StreamInfo
 from ._driver import ByteStream, ClientDriver, OnResponse, ServerDriver
 from ._metrics import Metrics
+from ._pacer import Pacing
 from ._server import ActiveStream, XdsServer
 from ._status import NackRecord, StreamStatus, SyncState, TypeStatus
 
@@ -15,9 +17,12 @@ __all__ = [
     "Metrics",
     "NackRecord",
     "OnResponse",
+    "Pacing",
     "PeerIdentity",
+    "PushSlots",
     "ServerCallbacks",
     "ServerDriver",
+    "ServerLimits",
     "SpiffeNodePolicy",
     "StreamInfo",
     "StreamStatus",

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
 import anyio
@@ -40,7 +40,7 @@ from ..protocol._events import (
 from ..protocol._follow import Follower
 from ..protocol._sotw_client import SotwClient
 from ..protocol._sotw_server import SotwResponse
-from ..protocol._state import ProtocolName
+from ..protocol._state import Phase, ProtocolName
 from ..protocol._view import ResourceView
 from ..wire import _client_codec, _codec
 from ..wire._records import (
@@ -50,9 +50,11 @@ from ..wire._records import (
     DiscoveryResponse,
     Node,
 )
+from ._admission import PushSlots
 from ._authorization import Authorizer
 from ._callbacks import ServerCallbacks, StreamInfo
 from ._metrics import Metrics, type_label
+from ._pacer import Pacer
 from ._status import NackRecord, TypeRecord
 from ._wakeup import Wakeup
 
@@ -79,7 +81,13 @@ _Response_out = TypeVar("_Response_out", covariant=True)
 
 
 class ByteStream(Protocol):
-    """One gRPC stream as its transport gives it: message bytes each way."""
+    """One gRPC stream as its transport gives it: message bytes each way.
+
+    A transport may also offer ``writable(size) -> bool`` (whether a write of ``size`` bytes
+    would go out without waiting for the peer to read; push slots use it) and
+    ``async closed()`` (returns once the peer has gone away, for a peer that closed its side
+    and sends nothing more; a transport that cancels the handler instead needs none).
+    """
 
     async def receive(self) -> bytes | None:
         """The next message, or ``None`` once the peer closed its side.
@@ -99,7 +107,16 @@ class ServerMachine(Protocol[_Request_in, _Response_out]):
 
     def receive(self, request: _Request_in) -> list[Event]: ...
 
-    def poll(self, view: ResourceView | None) -> Sequence[_Response_out]: ...
+    def poll(
+        self, view: ResourceView | None, only: Collection[str] | None = None
+    ) -> Sequence[_Response_out]: ...
+
+    def type_states(self) -> Mapping[str, _Phased]: ...
+
+
+class _Phased(Protocol):
+    @property
+    def phase(self) -> Phase: ...
 
 
 def checked(data: bytes, limit: int, what: str) -> bytes:
@@ -114,12 +131,14 @@ def checked(data: bytes, limit: int, what: str) -> bytes:
 async def _run_pair(
     reader: Callable[[], Awaitable[None]], writer: Callable[[], Awaitable[None]]
 ) -> None:
-    """Run both loops until either ends; the peer going away is a clean end."""
+    """Run both loops until the writer ends or either fails; the peer going away is a clean
+    end. The reader ending (the peer closed its side) leaves the writer going."""
     failure: Exception | None = None
 
     async def run(loop: Callable[[], Awaitable[None]], group: anyio.abc.TaskGroup) -> None:
         await loop()
-        group.cancel_scope.cancel()
+        if loop is writer:
+            group.cancel_scope.cancel()
 
     try:
         async with anyio.create_task_group() as group:
@@ -182,7 +201,11 @@ class ServerDriver(Generic[_Request, _Response]):
     """Serves one stream: requests into ``machine``, what it says is due out, from ``cache``.
 
     ``info`` is the stream as ``callbacks`` see it; the driver fills in its node. A request
-    larger than ``max_request_bytes`` ends the stream with RESOURCE_EXHAUSTED. The driver
+    larger than ``max_request_bytes`` ends the stream with RESOURCE_EXHAUSTED, and no first
+    request within ``first_request_timeout`` seconds with DEADLINE_EXCEEDED. Each push holds
+    one of ``slots`` (see :class:`~xdscore.server.PushSlots`), and ``on_synced`` is called
+    once the client has answered a response of every type it asked for. The client closing
+    its side does not end the stream: the server goes on pushing until it leaves. The driver
     keeps each type's :class:`~xdscore.server.TypeRecord` in ``records`` and, given
     ``metrics``, records pushes, answers and convergence times.
     """
@@ -200,6 +223,10 @@ class ServerDriver(Generic[_Request, _Response]):
         control_plane_id: str = "",
         metrics: Metrics | None = None,
         authorize: Authorizer | None = None,
+        slots: PushSlots | None = None,
+        first_request_timeout: float = 0.0,
+        on_synced: Callable[[], None] | None = None,
+        pacer: Pacer | None = None,
     ) -> None:
         self.machine = machine
         self.info = info
@@ -212,6 +239,16 @@ class ServerDriver(Generic[_Request, _Response]):
         self._control_plane = control_plane_id
         self._metrics = metrics
         self._authorize = authorize
+        self._slots = slots or PushSlots(0)
+        self._first_request_timeout = first_request_timeout
+        self._on_synced = on_synced
+        self._pacer = pacer
+        self._requested = False
+        """A request arrived since the write task last looked: answer it at once."""
+        self._polled = (-1.0, -1.0)
+        """When the write task last looked at (fast, slow) types, for the pacer."""
+        self.synced = False
+        """Whether the client has answered a response of every type it asked for."""
         self._wake = Wakeup()
         self._cancel_watch: Callable[[], None] | None = None
         self._changed_at: float | None = None
@@ -242,15 +279,45 @@ class ServerDriver(Generic[_Request, _Response]):
                 self._metrics.refused_streams.labels("permission_denied").inc()
             raise RemoteProtocolError(reason, GrpcStatus.PERMISSION_DENIED)
 
+    async def _peer_gone(self) -> None:
+        """After the client closed its side: wait for it to go away, where the transport
+        says so (grpclib cancels the stream's handler instead)."""
+        closed = getattr(self._stream, "closed", None)
+        if closed is not None:
+            await closed()
+            raise StreamClosed
+
+    def _check_synced(self) -> None:
+        """Whether the client has now answered a response of every type it asked for."""
+        states = self.machine.type_states()
+        if states and all(s.phase in (Phase.ACKED, Phase.NACKED) for s in states.values()):
+            self.synced = True
+            if self._on_synced is not None:
+                self._on_synced()
+
     def _cache_changed(self) -> None:
+        if self._pacer is not None and not self._pacer.told:
+            self._pacer.changed(None)
         if self._changed_at is None:
             self._changed_at = time.monotonic()
         self._wake.set()
 
+    async def _first(self) -> bytes | None:
+        """The first request's bytes, within ``first_request_timeout``."""
+        if self._first_request_timeout <= 0:
+            return await self._stream.receive()
+        with anyio.move_on_after(self._first_request_timeout):
+            return await self._stream.receive()
+        raise RemoteProtocolError(
+            f"no request within {self._first_request_timeout:g} s of opening the stream",
+            GrpcStatus.DEADLINE_EXCEEDED,
+        )
+
     async def _read(self) -> None:
+        data = await self._first()
         while True:
-            data = await self._stream.receive()
             if data is None:
+                await self._peer_gone()
                 return
             request = self._codec.decode(checked(data, self._limit, "request"))
             call_back(self._callbacks.on_request, self.info, request)
@@ -262,43 +329,96 @@ class ServerDriver(Generic[_Request, _Response]):
                     self._cancel_watch = self._cache.watch(event.node, self._cache_changed)
                 self._record(event)
                 self._dispatch(event)
+            if not self.synced:
+                self._check_synced()
+            self._requested = True
             self._wake.set()
+            data = await self._stream.receive()
 
     async def _write(self) -> None:
-        metrics = self._metrics
         while True:
             await self._wake.wait()
-            node = self.info.node
-            started = time.monotonic()
-            changed, self._changed_at = self._changed_at, None
+            more = True
+            while more:
+                only, more = await self._next_round()
+                await self._push(only)
+
+    async def _next_round(self) -> tuple[Collection[str] | None, bool]:
+        """Which types to look at now (``None``: all), and whether a later round follows
+        (slow changes still settling after the fast ones went out)."""
+        pacer = self._pacer
+        while pacer is not None and not self._requested:
+            now = pacer.clock()
+            fast_due, slow_due = pacer.due(self._polled[0])[0], pacer.due(self._polled[1])[1]
+            if not fast_due and not slow_due:
+                break
+            if slow_due and now >= pacer.settles(fast=False):
+                break
+            if fast_due and now >= pacer.settles(fast=True):
+                self._polled = (now, self._polled[1])
+                return pacer.fast_types, slow_due
+            ends = [pacer.settles(fast=True)] if fast_due else []
+            ends += [pacer.settles(fast=False)] if slow_due else []
+            with anyio.move_on_after(min(ends) - now):
+                await self._wake.wait()
+        self._requested = False
+        now = pacer.clock() if pacer is not None else 0.0
+        self._polled = (now, now)
+        return None, False
+
+    async def _push(self, only: Collection[str] | None) -> None:
+        """Send what the machine says is due now (of ``only``, if given)."""
+        node = self.info.node
+        started = time.monotonic()
+        changed, self._changed_at = self._changed_at, None
+        sent: set[str] = set()
+        await self._slots.acquire(syncing=not self.synced)
+        held = True
+        try:
             view = self._cache.view(node) if node is not None else None
-            responses = self.machine.poll(view)
-            sent: set[str] = set()
-            for response in responses:
+            for response in self.machine.poll(view, only):
                 data = self._codec.encode(response, self._control_plane)
-                type_url, version, nonce = _identity(response)
-                # Before the write: the client's answer may be read before this task resumes.
-                since = self._waiting.pop(type_url, changed)
-                if since is not None:
-                    self._carrying[type_url] = since
-                self._in_flight.add(type_url)
-                if metrics is not None:
-                    metrics.pushes_in_flight.inc()
-                try:
-                    await self._stream.send(data)
-                finally:
-                    if metrics is not None:
-                        metrics.pushes_in_flight.dec()
-                sent.add(type_url)
-                record = self._records_for(type_url)
-                record.sent_version, record.sent_nonce = version, nonce
-                record.sent_at = time.time()
-                if metrics is not None:
-                    metrics.push_seconds(type_url).observe(time.monotonic() - started)
-                    metrics.responses(type_url).inc()
-                    metrics.response_bytes(type_url).inc(len(data))
-                call_back(self._callbacks.on_response, self.info, response)
-            self._follow_change(changed, sent)
+                if held and not _writable(self._stream, len(data)):
+                    # The client is not reading: nobody else waits for it.
+                    self._slots.release()
+                    held = False
+                sent.add(await self._send(response, data, changed, started))
+                del data
+            # Nothing of this round stays referenced while the stream waits: not the view,
+            # not an encoded response (one per idle stream would add up).
+            del view
+        finally:
+            if held:
+                self._slots.release()
+        self._follow_change(changed, sent)
+
+    async def _send(
+        self, response: _Response, data: bytes, changed: float | None, started: float
+    ) -> str:
+        """Write one response (encoded as ``data``) and record it; its type URL."""
+        metrics = self._metrics
+        type_url, version, nonce = _identity(response)
+        # Before the write: the client's answer may be read before this task resumes.
+        since = self._waiting.pop(type_url, changed)
+        if since is not None:
+            self._carrying[type_url] = since
+        self._in_flight.add(type_url)
+        if metrics is not None:
+            metrics.pushes_in_flight.inc()
+        try:
+            await self._stream.send(data)
+        finally:
+            if metrics is not None:
+                metrics.pushes_in_flight.dec()
+        record = self._records_for(type_url)
+        record.sent_version, record.sent_nonce = version, nonce
+        record.sent_at = time.time()
+        if metrics is not None:
+            metrics.push_seconds(type_url).observe(time.monotonic() - started)
+            metrics.responses(type_url).inc()
+            metrics.response_bytes(type_url).inc(len(data))
+        call_back(self._callbacks.on_response, self.info, response)
+        return type_url
 
     def _follow_change(self, changed: float | None, sent: set[str]) -> None:
         """Remember, for convergence, which types may still owe a cache change."""
@@ -366,6 +486,13 @@ class ServerDriver(Generic[_Request, _Response]):
             call_back(self._callbacks.on_ack, self.info, event)
         elif isinstance(event, ResponseNacked):
             call_back(self._callbacks.on_nack, self.info, event)
+
+
+def _writable(stream: ByteStream, size: int) -> bool:
+    """Whether ``stream`` can take ``size`` bytes without waiting for the peer to read
+    (streams that cannot tell are taken to be writable)."""
+    writable = getattr(stream, "writable", None)
+    return True if writable is None else bool(writable(size))
 
 
 def _identity(response: Any) -> tuple[str, str, str]:

@@ -108,7 +108,7 @@ class Metrics:
         for protocol in ("sotw", "delta"):
             for mode in ("ads", "per_type"):
                 self.streams.labels(protocol, mode)
-        for reason in ("closing", "max_streams", "permission_denied"):
+        for reason in ("closing", "max_streams", "initial_syncs", "rate", "permission_denied"):
             self.refused_streams.labels(reason)
         for info in all_types():
             # Every registered type's series exists from the start, so that increase()

@@ -23,11 +23,13 @@ from ..protocol._delta_server import DeltaServer
 from ..protocol._limits import StreamLimits
 from ..protocol._sotw_server import SotwServer
 from ..protocol._state import ProtocolName
+from ._admission import PushSlots, ServerLimits, TokenBucket, refusal
 from ._authorization import Authorizer, PeerIdentity
 from ._callbacks import ServerCallbacks, StreamInfo
 from ._csds import ClientStatus
 from ._driver import DELTA, SOTW, ByteStream, ServerDriver, call_back, describe
 from ._metrics import Metrics
+from ._pacer import Pacer, Pacing
 from ._status import StreamStatus, TypeRecord, stream_status
 
 __all__ = ["ActiveStream", "XdsServer"]
@@ -57,7 +59,12 @@ class XdsServer:
     """Serves xDS streams from ``cache``; transports call :meth:`run_stream`.
 
     ``control_plane_id`` is sent in every response's ``control_plane.identifier``.
-    ``max_streams`` bounds concurrent streams; one more is refused with RESOURCE_EXHAUSTED.
+    ``server_limits`` bounds what the server takes on as a whole (streams, new streams per
+    second, initial syncs at once, pushes at once, the first request's deadline; see
+    :class:`~xdscore.server.ServerLimits`); a stream beyond them is refused with
+    RESOURCE_EXHAUSTED. ``pacing`` debounces cache writes (see
+    :class:`~xdscore.server.Pacing`: 100 ms quiet, 10 s at most, endpoints on their own
+    immediate path).
     ``ordered_ads`` applies make-before-break ordering on aggregated streams (see
     :mod:`xdscore.protocol._ordering`); switch it off only to see what it prevents.
     ``metrics`` records Prometheus metrics (``None``: a fresh :class:`Metrics` of its own;
@@ -73,7 +80,8 @@ class XdsServer:
         callbacks: ServerCallbacks | None = None,
         limits: StreamLimits | None = None,
         control_plane_id: str = "",
-        max_streams: int = 100_000,
+        server_limits: ServerLimits | None = None,
+        pacing: Pacing | None = None,
         ordered_ads: bool = True,
         metrics: Metrics | Literal[False] | None = None,
         authorize: Authorizer | None = None,
@@ -82,7 +90,16 @@ class XdsServer:
         self.callbacks = callbacks or ServerCallbacks()
         self.limits = limits or StreamLimits()
         self.control_plane_id = control_plane_id
-        self.max_streams = max_streams
+        self.server_limits = server_limits or ServerLimits()
+        bounds = self.server_limits
+        self._arrivals = (
+            TokenBucket(bounds.new_streams_per_second, bounds.new_streams_burst)
+            if bounds.new_streams_per_second > 0
+            else None
+        )
+        self._slots = PushSlots(bounds.push_concurrency)
+        self.pacer = Pacer(pacing or Pacing())
+        self._syncing = 0
         self.ordered_ads = ordered_ads
         self.authorize = authorize
         self.metrics: Metrics | None = Metrics() if metrics is None else (metrics or None)
@@ -94,9 +111,11 @@ class XdsServer:
         self.serving = False
         """Set by the transport while it listens."""
         observe = getattr(cache, "on_update", None)
-        if observe is not None and self.metrics is not None:
-            updates = self.metrics.cache_updates
-            observe(lambda type_url: updates(type_url).inc())
+        if observe is not None:
+            observe(self.pacer.changed)
+            if self.metrics is not None:
+                updates = self.metrics.cache_updates
+                observe(lambda type_url: updates(type_url).inc())
 
     def streams(self) -> Iterator[ActiveStream]:
         """The streams being served now."""
@@ -138,15 +157,7 @@ class XdsServer:
         client broke the protocol, or the server refused the stream (UNAVAILABLE while
         closing, RESOURCE_EXHAUSTED when full).
         """
-        if self._closed:
-            self._refuse("closing")
-            raise RemoteProtocolError("the server is shutting down", GrpcStatus.UNAVAILABLE)
-        if len(self._streams) >= self.max_streams:
-            self._refuse("max_streams")
-            raise RemoteProtocolError(
-                f"the server is at its limit of {self.max_streams} streams",
-                GrpcStatus.RESOURCE_EXHAUSTED,
-            )
+        self._admit()
         stream_id = next(self._ids)
         counter = itertools.count(1)
         info = StreamInfo(
@@ -163,6 +174,7 @@ class XdsServer:
         )
         scope = anyio.CancelScope()
         self._streams[stream_id] = ActiveStream(info, machine, driver.records, scope)
+        self._syncing += 1
         gauge = None
         if self.metrics is not None:
             mode = "ads" if type_url is None else "per_type"
@@ -178,6 +190,8 @@ class XdsServer:
             raise
         finally:
             self._streams.pop(stream_id, None)
+            if not driver.synced:
+                self._syncing -= 1
             if gauge is not None:
                 gauge.dec()
             _log_close(info, error, scope.cancel_called)
@@ -185,6 +199,39 @@ class XdsServer:
                 self.callbacks.on_stream_close(info, error)
             except Exception:
                 log.exception("callback on_stream_close failed while the stream was closing")
+
+    @property
+    def syncing(self) -> int:
+        """Streams that have not yet answered a response of every type they asked for."""
+        return self._syncing
+
+    def _admit(self) -> None:
+        """Refuse a new stream the server cannot take on now."""
+        bounds = self.server_limits
+        if self._closed:
+            self._refuse("closing")
+            raise RemoteProtocolError("the server is shutting down", GrpcStatus.UNAVAILABLE)
+        if bounds.max_streams and len(self._streams) >= bounds.max_streams:
+            self._refuse("max_streams")
+            raise refusal(f"the server is at its limit of {bounds.max_streams} streams", 1.0)
+        if bounds.max_initial_syncs and self._syncing >= bounds.max_initial_syncs:
+            self._refuse("initial_syncs")
+            raise refusal(
+                f"{self._syncing} streams are in their initial sync, the most this server "
+                "takes on at once",
+                0.5,
+            )
+        if self._arrivals is not None:
+            wait = self._arrivals.take()
+            if wait > 0:
+                self._refuse("rate")
+                raise refusal(
+                    f"new streams arrive faster than {bounds.new_streams_per_second:g} a second",
+                    max(wait, 0.1),
+                )
+
+    def _synced(self) -> None:
+        self._syncing -= 1
 
     def _refuse(self, reason: str) -> None:
         if self.metrics is not None:
@@ -224,6 +271,10 @@ class XdsServer:
             "control_plane_id": self.control_plane_id,
             "metrics": self.metrics,
             "authorize": self.authorize,
+            "slots": self._slots,
+            "first_request_timeout": self.server_limits.first_request_timeout,
+            "on_synced": self._synced,
+            "pacer": self.pacer,
         }
 
 

@@ -22,6 +22,7 @@ __all__ = ["MemoryByteStream", "byte_stream_pair"]
 @attrs.define
 class _Link:
     reset: bool = False
+    gone: anyio.Event = attrs.Factory(anyio.Event)
 
 
 class MemoryByteStream:
@@ -63,13 +64,23 @@ class MemoryByteStream:
             raise StreamClosed from None
         self.sent.append(data)
 
+    def writable(self, size: int) -> bool:
+        """Whether a send now would not wait for the other end to receive."""
+        stats = self._outgoing.statistics()
+        return stats.current_buffer_used < stats.max_buffer_size or stats.tasks_waiting_receive > 0
+
     def close(self) -> None:
         """Half-close: this end sends nothing more; it can still receive."""
         self._outgoing.close()
 
+    async def closed(self) -> None:
+        """Return once either end has reset (gone away)."""
+        await self._link.gone.wait()
+
     def reset(self) -> None:
         """Go away: both directions end, and the other end sees StreamClosed."""
         self._link.reset = True
+        self._link.gone.set()
         self._outgoing.close()
         self._incoming.close()
 

@@ -213,6 +213,19 @@ class _GrpclibStream:
         except _GONE as exc:
             raise StreamClosed from exc
 
+    def writable(self, size: int) -> bool:
+        """Whether a message of ``size`` bytes goes out without waiting for the client to
+        read (its HTTP/2 flow-control windows have room)."""
+        h2_stream = self._stream._stream
+        connection = h2_stream._h2_connection
+        if not h2_stream.connection.write_ready.is_set() or h2_stream.id is None:
+            return False
+        try:
+            window = connection.local_flow_control_window(h2_stream.id)
+        except Exception:
+            return False
+        return bool(window >= size + 5)
+
 
 @contextlib.asynccontextmanager
 async def _statuses(peer: str) -> AsyncIterator[None]:

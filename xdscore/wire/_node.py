@@ -1,7 +1,9 @@
 """The client's ``Node``: decoded once however many streams present it, and encoded.
 
 Decoding keeps the last 4,096 distinct nodes keyed by their bytes, so a fleet of proxies
-presenting the same node costs one decode.
+presenting the same node costs one decode. The cache is bounded in bytes too (16 MiB of
+encoded nodes, a decoded one taking several times that), and a node larger than 64 KiB is
+never kept: the streams that present it hold it while they live, and no longer.
 """
 
 from __future__ import annotations
@@ -17,7 +19,10 @@ from ._records import Locality, Node
 __all__ = ["decode_node", "encode_node", "make_node"]
 
 _NODE_CACHE_SIZE = 4096
+_NODE_CACHE_BYTES = 16 * 1024 * 1024
+_NODE_KEPT_BYTES = 64 * 1024
 _node_cache: OrderedDict[bytes, Node] = OrderedDict()
+_cached_bytes = 0
 
 
 def decode_node(message: base_pb2.Node) -> Node:
@@ -41,10 +46,18 @@ def decode_node(message: base_pb2.Node) -> Node:
         metadata=_struct(message.metadata),
         raw=raw,
     )
-    _node_cache[raw] = node
-    if len(_node_cache) > _NODE_CACHE_SIZE:
-        _node_cache.popitem(last=False)
+    if len(raw) <= _NODE_KEPT_BYTES:
+        _remember(raw, node)
     return node
+
+
+def _remember(raw: bytes, node: Node) -> None:
+    global _cached_bytes
+    _node_cache[raw] = node
+    _cached_bytes += len(raw)
+    while len(_node_cache) > _NODE_CACHE_SIZE or _cached_bytes > _NODE_CACHE_BYTES:
+        old, _ = _node_cache.popitem(last=False)
+        _cached_bytes -= len(old)
 
 
 def _struct(struct: struct_pb2.Struct) -> dict[str, object]:

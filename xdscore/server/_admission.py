@@ -1,0 +1,133 @@
+"""Protection under load: which streams are let in, and how pushes share the event loop.
+
+A control plane rarely dies of load; it gets slow, and slowness feeds itself: every proxy
+reconnects at once after a restart, all pull everything, and established proxies wait
+behind them. Three mechanisms, all in the runtime:
+
+* **Admission.** A new stream is refused with RESOURCE_EXHAUSTED (Envoy and gRPC retry with
+  back-off) when the server serves ``max_streams``, when new streams arrive faster than
+  ``new_streams_per_second`` beyond a burst, or when ``max_initial_syncs`` streams have not
+  yet answered their first responses. The refusal's message carries a jittered hint of when
+  to retry.
+* **Push slots.** At most ``push_concurrency`` streams compute and write a push at once. A
+  waiting established stream always goes before a stream still in its initial sync, so a
+  storm of new streams cannot starve proxies that are already connected. A stream gives its
+  slot back before a write that would wait for the client to read, so a client that stops
+  reading never holds one.
+* **Deadlines.** A stream whose first request does not come within
+  ``first_request_timeout`` is ended (DEADLINE_EXCEEDED); it holds a stream slot until then.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import deque
+from collections.abc import Callable
+
+import anyio
+import anyio.lowlevel
+import attrs
+
+from .._errors import GrpcStatus, RemoteProtocolError
+
+__all__ = ["PushSlots", "ServerLimits", "TokenBucket", "refusal"]
+
+
+@attrs.frozen(kw_only=True)
+class ServerLimits:
+    """Bounds on the server as a whole (see the module docstring); 0 means no bound."""
+
+    max_streams: int = 10_000
+    """Streams served at once; one more is refused."""
+    new_streams_per_second: float = 1_000.0
+    """Sustained rate of new streams, once the burst is used up."""
+    new_streams_burst: int = 10_000
+    """New streams let in at once before the rate applies."""
+    max_initial_syncs: int = 5_000
+    """Streams at once that have not yet answered a response of every type they asked for."""
+    push_concurrency: int = 32
+    """Streams computing and writing a push at once."""
+    first_request_timeout: float = 15.0
+    """Seconds a new stream may take to send its first request."""
+
+
+class TokenBucket:
+    """``rate`` tokens a second, at most ``burst`` saved; ``clock`` is injectable."""
+
+    def __init__(
+        self, rate: float, burst: int, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.rate = rate
+        self.burst = burst
+        self._clock = clock
+        self._tokens = float(burst)
+        self._at = clock()
+
+    def take(self) -> float:
+        """Take a token; 0.0 if there was one, else the seconds until there will be."""
+        now = self._clock()
+        self._tokens = min(float(self.burst), self._tokens + (now - self._at) * self.rate)
+        self._at = now
+        if self._tokens >= 1.0:
+            self._tokens -= 1.0
+            return 0.0
+        return (1.0 - self._tokens) / self.rate
+
+
+def refusal(message: str, retry_after: float) -> RemoteProtocolError:
+    """RESOURCE_EXHAUSTED with a jittered retry hint (so refused clients do not come back
+    all at once)."""
+    hint = retry_after * random.uniform(1.0, 2.0)
+    return RemoteProtocolError(
+        f"{message}; retry after {hint:.1f} s", GrpcStatus.RESOURCE_EXHAUSTED
+    )
+
+
+class PushSlots:
+    """``capacity`` slots for pushes; established streams are served before syncing ones."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._free = capacity
+        self._waiting: tuple[deque[anyio.Event], deque[anyio.Event]] = (deque(), deque())
+
+    @property
+    def in_use(self) -> int:
+        """Slots held now."""
+        return self.capacity - self._free
+
+    @property
+    def waiting(self) -> int:
+        """Streams waiting for a slot."""
+        return len(self._waiting[0]) + len(self._waiting[1])
+
+    async def acquire(self, *, syncing: bool) -> None:
+        """Wait for a slot; ``syncing`` streams wait behind every established one."""
+        if self.capacity <= 0:
+            return
+        if self._free > 0 and not self._waiting[0] and (syncing is False or not self._waiting[1]):
+            self._free -= 1
+            await anyio.lowlevel.checkpoint()
+            return
+        granted = anyio.Event()
+        queue = self._waiting[1 if syncing else 0]
+        queue.append(granted)
+        try:
+            await granted.wait()
+        except BaseException:
+            if granted.is_set():
+                self.release()  # handed over just as it was cancelled: pass it on
+            else:
+                queue.remove(granted)
+            raise
+
+    def release(self) -> None:
+        """Give a slot back: to the oldest established waiter, else the oldest syncing one."""
+        if self.capacity <= 0:
+            return
+        for queue in self._waiting:
+            if queue:
+                queue.popleft().set()
+                return
+        self._free += 1
