@@ -202,7 +202,8 @@ class ServerDriver(Generic[_Request, _Response]):
 
     ``info`` is the stream as ``callbacks`` see it; the driver fills in its node. A request
     larger than ``max_request_bytes`` ends the stream with RESOURCE_EXHAUSTED, and no first
-    request within ``first_request_timeout`` seconds with DEADLINE_EXCEEDED. Each push holds
+    request within ``first_request_timeout`` seconds with DEADLINE_EXCEEDED; ``on_first``
+    runs when the first request's bytes arrive and may refuse the stream. Each push holds
     one of ``slots`` (see :class:`~xdscore.server.PushSlots`), and ``on_synced`` is called
     once the client has answered a response of every type it asked for. The client closing
     its side does not end the stream: the server goes on pushing until it leaves. The driver
@@ -226,6 +227,7 @@ class ServerDriver(Generic[_Request, _Response]):
         slots: PushSlots | None = None,
         first_request_timeout: float = 0.0,
         on_synced: Callable[[], None] | None = None,
+        on_first: Callable[[], None] | None = None,
         pacer: Pacer | None = None,
     ) -> None:
         self.machine = machine
@@ -242,6 +244,7 @@ class ServerDriver(Generic[_Request, _Response]):
         self._slots = slots or PushSlots(0)
         self._first_request_timeout = first_request_timeout
         self._on_synced = on_synced
+        self._on_first = on_first
         self._pacer = pacer
         self._requested = False
         """A request arrived since the write task last looked: answer it at once."""
@@ -249,6 +252,8 @@ class ServerDriver(Generic[_Request, _Response]):
         """When the write task last looked at (fast, slow) types, for the pacer."""
         self.synced = False
         """Whether the client has answered a response of every type it asked for."""
+        self.admitted = False
+        """Whether the first request arrived and the stream was let in."""
         self._wake = Wakeup()
         self._cancel_watch: Callable[[], None] | None = None
         self._changed_at: float | None = None
@@ -315,6 +320,9 @@ class ServerDriver(Generic[_Request, _Response]):
 
     async def _read(self) -> None:
         data = await self._first()
+        if data is not None and self._on_first is not None:
+            self._on_first()  # admission: may refuse the stream, its request read
+        self.admitted = data is not None
         while True:
             if data is None:
                 await self._peer_gone()

@@ -157,7 +157,7 @@ class XdsServer:
         client broke the protocol, or the server refused the stream (UNAVAILABLE while
         closing, RESOURCE_EXHAUSTED when full).
         """
-        self._admit()
+        self._admit_open()
         stream_id = next(self._ids)
         counter = itertools.count(1)
         info = StreamInfo(
@@ -174,7 +174,6 @@ class XdsServer:
         )
         scope = anyio.CancelScope()
         self._streams[stream_id] = ActiveStream(info, machine, driver.records, scope)
-        self._syncing += 1
         gauge = None
         if self.metrics is not None:
             mode = "ads" if type_url is None else "per_type"
@@ -190,7 +189,7 @@ class XdsServer:
             raise
         finally:
             self._streams.pop(stream_id, None)
-            if not driver.synced:
+            if driver.admitted and not driver.synced:
                 self._syncing -= 1
             if gauge is not None:
                 gauge.dec()
@@ -205,8 +204,8 @@ class XdsServer:
         """Streams that have not yet answered a response of every type they asked for."""
         return self._syncing
 
-    def _admit(self) -> None:
-        """Refuse a new stream the server cannot take on now."""
+    def _admit_open(self) -> None:
+        """Refuse a new stream as it opens: the server is closing, or full."""
         bounds = self.server_limits
         if self._closed:
             self._refuse("closing")
@@ -214,6 +213,13 @@ class XdsServer:
         if bounds.max_streams and len(self._streams) >= bounds.max_streams:
             self._refuse("max_streams")
             raise refusal(f"the server is at its limit of {bounds.max_streams} streams", 1.0)
+
+    def _admit_first(self) -> None:
+        """Refuse a stream at its first request (read, so that the client sees the status
+        rather than a write racing it): too many initial syncs, or too many new streams a
+        second. An admitted stream counts as syncing until it has answered its first
+        responses."""
+        bounds = self.server_limits
         if bounds.max_initial_syncs and self._syncing >= bounds.max_initial_syncs:
             self._refuse("initial_syncs")
             raise refusal(
@@ -229,6 +235,7 @@ class XdsServer:
                     f"new streams arrive faster than {bounds.new_streams_per_second:g} a second",
                     max(wait, 0.1),
                 )
+        self._syncing += 1
 
     def _synced(self) -> None:
         self._syncing -= 1
@@ -274,6 +281,7 @@ class XdsServer:
             "slots": self._slots,
             "first_request_timeout": self.server_limits.first_request_timeout,
             "on_synced": self._synced,
+            "on_first": self._admit_first,
             "pacer": self.pacer,
         }
 
