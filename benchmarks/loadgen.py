@@ -28,6 +28,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import resource
 import shlex
 import socket
@@ -62,6 +63,7 @@ UNLIMITED = [
     ("grpc.max_send_message_length", -1),
     ("grpc.use_local_subchannel_pool", 1),
 ]
+_RETRY = re.compile(r"retry after ([0-9.]+) s")
 _MEMO = 64
 """Distinct SotW response contents remembered by the shared decoder."""
 _DELTA_MEMO = 500_000
@@ -156,6 +158,7 @@ class Client:
     eds_since_push: int = 0
     eds_version_at_push: str = ""
     error: str = ""
+    refusals: int = 0
     versions: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -176,13 +179,14 @@ class Client:
 class Fleet:
     """N clients against one target; tracks convergence and per-push update times."""
 
-    def __init__(self, target: str, clients: int, clusters: int, delta: bool) -> None:
+    def __init__(
+        self, target: str, clients: int, clusters: int, delta: bool, name: str = "loadgen"
+    ) -> None:
         self.target = target
         self.clusters = clusters
         self.delta = delta
         self.clients = [
-            Client(index=i, node=make_node(id=f"loadgen-{i}", cluster="loadgen"))
-            for i in range(clients)
+            Client(index=i, node=make_node(id=f"{name}-{i}", cluster=name)) for i in range(clients)
         ]
         self.all_converged = asyncio.Event()
         self.all_updated = asyncio.Event()
@@ -213,7 +217,16 @@ class Fleet:
                 await driver.watch(CDS, None)
                 await driver.watch(LDS, None)
             await driver.run()
-        except (grpc.aio.AioRpcError, asyncio.CancelledError) as exc:
+        except grpc.aio.AioRpcError as exc:
+            hint = _RETRY.search(exc.details() or "")
+            if exc.code() != grpc.StatusCode.RESOURCE_EXHAUSTED or hint is None:
+                client.error = str(exc)[:200]
+                return
+            # Shed by admission control: come back when the server says, as Envoy would.
+            client.refusals += 1
+            await asyncio.sleep(float(hint.group(1)))
+            await self.run_client(client)
+        except asyncio.CancelledError as exc:
             client.error = str(exc)[:200]
         finally:
             call.cancel()
@@ -306,10 +319,16 @@ class ServerProcess:
         return (int(fields[11]) + int(fields[12])) / ticks
 
     def peak_rss_mb(self) -> float:
+        return self._status_mb("VmHWM:")
+
+    def rss_mb(self) -> float:
+        return self._status_mb("VmRSS:")
+
+    def _status_mb(self, field: str) -> float:
         assert self.process is not None
         with open(f"/proc/{self.process.pid}/status") as handle:
             for line in handle:
-                if line.startswith("VmHWM:"):
+                if line.startswith(field):
                     return int(line.split()[1]) / 1024
         return 0.0
 
@@ -395,6 +414,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     "loadgen_cpu_s": round(_own_cpu() - own0, 3),
                     "responses": sum(c.responses for c in fleet.clients) - responses0,
                     "mbytes": round((sum(c.bytes for c in fleet.clients) - bytes0) / 1e6, 1),
+                    "server_rss_mb": round(server.rss_mb(), 1),
                 }
             )
         report["pushes"] = pushes
