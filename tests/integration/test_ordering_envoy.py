@@ -52,6 +52,7 @@ from xdscore import (
 )
 from xdscore import builders as b
 from xdscore.protocol import DeltaDiscoveryRequest, DeltaResponse, DiscoveryRequest, SotwResponse
+from xdscore.server import Pacing
 from xdscore.testing import Envoy, HttpBackend, envoy_bootstrap, free_port
 from xdscore.wire import type_info
 
@@ -470,7 +471,10 @@ async def rig(*, delta: bool, ordered: bool, clusters: int) -> AsyncIterator[Rig
         listener_port = free_port()
         cache = SnapshotCache(group=same_for_all)
         cache.set_snapshot(None, world(listener_port, "c_0", {"c_0": live[0].port}))
-        server = XdsServer(cache, callbacks=recorder, ordered_ads=ordered)
+        # No debounce: every flap must reach Envoy, so that only ordering tells the runs apart.
+        server = XdsServer(
+            cache, callbacks=recorder, ordered_ads=ordered, pacing=Pacing(quiet=0, max_delay=0)
+        )
         async with GrpclibTransport(server) as transport:
             xds_port = await transport.start()
             async with Envoy(envoy_bootstrap(xds_port=xds_port, delta=delta)) as envoy:
