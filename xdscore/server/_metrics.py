@@ -105,11 +105,19 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.connections_cut = Counter(
+            "xdscore_connections_cut",
+            "HTTP/2 connections the transport cut for abuse, by reason.",
+            ["reason"],
+            registry=r,
+        )
         for protocol in ("sotw", "delta"):
             for mode in ("ads", "per_type"):
                 self.streams.labels(protocol, mode)
         for reason in ("closing", "max_streams", "initial_syncs", "rate", "permission_denied"):
             self.refused_streams.labels(reason)
+        for reason in ("rapid_reset", "ping_flood", "settings_flood"):
+            self.connections_cut.labels(reason)
         for info in all_types():
             # Every registered type's series exists from the start, so that increase()
             # sees the first NACK.

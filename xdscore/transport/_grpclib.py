@@ -5,6 +5,12 @@ each gRPC stream is handed to :meth:`XdsServer.run_stream` as a byte stream, and
 :class:`~xdscore.ProtocolError` the runtime raises becomes the gRPC status it carries.
 The gRPC method names of every type come from the type registry. The Client Status
 Discovery Service (CSDS) is served on the same port.
+
+Two bounds live here, where the bytes arrive. A message's size is checked against the
+server's ``limits.max_request_bytes`` from its 5-byte gRPC prefix, before any of its body is
+read (grpclib would buffer a declared 4 GiB in full first). And each HTTP/2 connection is
+cut when it resets streams, pings or sends SETTINGS faster than :class:`ConnectionLimits`
+allow (see :mod:`xdscore.transport._http2`).
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import contextlib
 import logging
 import socket
 import ssl
+import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -27,6 +34,7 @@ from .._errors import GrpcStatus, ProtocolError, RemoteProtocolError, StreamClos
 from ..protocol._state import ProtocolName
 from ..server._server import XdsServer
 from ..wire._typeurls import all_types
+from ._http2 import ConnectionLimits, CutReason, GuardedH2Protocol
 from ._tls import peer_identity
 
 __all__ = ["GrpclibTransport"]
@@ -65,18 +73,36 @@ class _Services:
 
 
 class _Server(grpclib.server.Server):
-    """grpclib's server, remembering its connections so that stopping can close them.
+    """grpclib's server, remembering its connections so that stopping can close them, and
+    serving each with the bounds of ``connection_limits``.
 
     grpclib cancels request handlers on ``close()`` but leaves the HTTP/2 connections open,
     so a client would keep opening streams on a server that is gone.
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        connection_limits: ConnectionLimits,
+        on_cut: Callable[[CutReason], None],
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
+        self._connection_limits = connection_limits
+        self._on_cut = on_cut
         self._connections: weakref.WeakSet[Any] = weakref.WeakSet()
 
     def _protocol_factory(self) -> Any:
-        protocol = super()._protocol_factory()
+        # grpclib's factory creates and registers the connection's handler; the connection
+        # itself is ours.
+        plain = super()._protocol_factory()
+        protocol = GuardedH2Protocol(
+            plain.handler,
+            plain.config,
+            plain.h2_config,
+            limits=self._connection_limits,
+            on_cut=self._on_cut,
+        )
         self._connections.add(protocol)
         return protocol
 
@@ -88,10 +114,19 @@ class _Server(grpclib.server.Server):
 
 
 class GrpclibTransport:
-    """Serves ``server`` over HTTP/2 with grpclib; use as an async context manager."""
+    """Serves ``server`` over HTTP/2 with grpclib; use as an async context manager.
 
-    def __init__(self, server: XdsServer) -> None:
+    ``connection_limits`` bounds, per connection, the HTTP/2 frames that cost the server work
+    (rapid stream resets, PING and SETTINGS floods; see :class:`ConnectionLimits`); a
+    connection past them is cut with GOAWAY ENHANCE_YOUR_CALM and counted in
+    ``xdscore_connections_cut_total{reason}``.
+    """
+
+    def __init__(
+        self, server: XdsServer, *, connection_limits: ConnectionLimits | None = None
+    ) -> None:
         self.server = server
+        self.connection_limits = connection_limits or ConnectionLimits()
         mapping: dict[str, grpclib.const.Handler] = {}
         self._add(mapping, f"/{_ADS}/StreamAggregatedResources", self._stream(None, delta=False))
         self._add(mapping, f"/{_ADS}/DeltaAggregatedResources", self._stream(None, delta=True))
@@ -106,8 +141,18 @@ class GrpclibTransport:
                 self._add(mapping, f"/{info.service}/{info.delta_method}", handler)
         self._add(mapping, f"/{_CSDS}/StreamClientStatus", self._status_stream)
         self._add(mapping, f"/{_CSDS}/FetchClientStatus", self._status_fetch, unary=True)
-        self._grpc = _Server([_Services(mapping)], codec=_RawCodec())
+        self._grpc = _Server(
+            [_Services(mapping)],
+            codec=_RawCodec(),
+            connection_limits=self.connection_limits,
+            on_cut=self._connection_cut,
+        )
         self.port: int | None = None
+
+    def _connection_cut(self, reason: CutReason) -> None:
+        metrics = self.server.metrics
+        if metrics is not None:
+            metrics.connections_cut.labels(reason).inc()
 
     @staticmethod
     def _add(
@@ -132,7 +177,7 @@ class GrpclibTransport:
             peer = _peer(stream)
             async with _statuses(peer):
                 await server.run_stream(
-                    _GrpclibStream(stream),
+                    _GrpclibStream(stream, server.limits.max_request_bytes),
                     protocol=protocol,
                     type_url=type_url,
                     peer=peer,
@@ -144,15 +189,18 @@ class GrpclibTransport:
     async def _status_stream(self, stream: grpclib.server.Stream[Any, Any]) -> None:
         async with _statuses(_peer(stream)):
             try:
-                await self.server.client_status.run_stream(_GrpclibStream(stream))
+                await self.server.client_status.run_stream(self._wrap(stream))
             except StreamClosed:
                 return
 
     async def _status_fetch(self, stream: grpclib.server.Stream[Any, Any]) -> None:
         async with _statuses(_peer(stream)):
-            data = await _GrpclibStream(stream).receive()
+            data = await self._wrap(stream).receive()
             answer = self.server.client_status.answer(data or b"")
             await stream.send_message(answer)
+
+    def _wrap(self, stream: grpclib.server.Stream[Any, Any]) -> _GrpclibStream:
+        return _GrpclibStream(stream, self.server.limits.max_request_bytes)
 
     async def start(
         self, host: str = "127.0.0.1", port: int = 0, *, ssl_context: ssl.SSLContext | None = None
@@ -188,24 +236,61 @@ class GrpclibTransport:
 
 
 class _GrpclibStream:
-    """One grpclib stream as message bytes; the client going away is :class:`StreamClosed`."""
+    """One grpclib stream as message bytes; the client going away is :class:`StreamClosed`.
 
-    __slots__ = ("_stream",)
+    A message longer than ``limit`` bytes is refused from its prefix, before its body is
+    read (RESOURCE_EXHAUSTED, as the driver's own check words it).
+    """
 
-    def __init__(self, stream: grpclib.server.Stream[Any, Any]) -> None:
+    __slots__ = ("_limit", "_stream")
+
+    def __init__(self, stream: grpclib.server.Stream[Any, Any], limit: int) -> None:
         self._stream = stream
+        self._limit = limit
 
     async def receive(self) -> bytes | None:
+        # grpclib's recv_message reads the 5-byte prefix, then the whole declared length,
+        # acknowledging each DATA frame as it comes: it would hold a declared 4 GiB in
+        # memory before anyone could look at its size. This reads the prefix itself.
+        # Refusing ends the handler, and grpclib then sends the status and resets the
+        # stream (RST_STREAM NO_ERROR), so the client stops sending; what it sent beyond
+        # the prefix was never acknowledged, so at most a flow-control window is buffered.
+        stream = self._stream
+        h2_stream = stream._stream
         try:
-            data = await self._stream.recv_message()
-        except NotImplementedError:
-            # grpclib's answer to a compressed message: no encoding is supported.
-            raise RemoteProtocolError(
-                "compressed messages are not supported", GrpcStatus.UNIMPLEMENTED
-            ) from None
+            prefix = await h2_stream.recv_data(5)
+            if not prefix:
+                return None
+            if prefix[0]:
+                # No message encoding is supported (grpclib's recv_message refuses it too).
+                raise RemoteProtocolError(
+                    "compressed messages are not supported", GrpcStatus.UNIMPLEMENTED
+                )
+            size = int.from_bytes(prefix[1:5], "big")
+            if size > self._limit:
+                raise RemoteProtocolError(
+                    f"a request of {size} bytes exceeds the limit of {self._limit}",
+                    GrpcStatus.RESOURCE_EXHAUSTED,
+                )
+            data = await h2_stream.recv_data(size) if size else b""
+        except AssertionError:
+            # grpclib's buffer: the client ended its side inside a message.
+            data = None
         except _GONE as exc:
             raise StreamClosed from exc
-        return None if data is None else bytes(data)
+        if data is None or len(data) != size:
+            # (grpclib's buffer answers nothing at all, rather than too little, when the
+            # client ends its side right after a prefix)
+            raise RemoteProtocolError(
+                "the stream ended inside a message", GrpcStatus.INVALID_ARGUMENT
+            )
+        # What grpclib's recv_message does with a message: its event listeners, its counts.
+        (data,) = await stream._dispatch.recv_message(data)
+        stream._messages_received += 1
+        connection = h2_stream.connection
+        connection.messages_received += 1
+        connection.last_message_received = time.monotonic()
+        return bytes(data)
 
     async def send(self, data: bytes) -> None:
         try:
