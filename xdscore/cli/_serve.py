@@ -7,12 +7,20 @@ import logging
 import signal
 import ssl
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
 
 from ..cache import SnapshotCache, same_for_all
-from ..config import ConfigError, load_directory, watch_directory
+from ..config import (
+    DEFAULT_MAX_CONFIG_BYTES,
+    DEFAULT_MAX_FILE_BYTES,
+    DEFAULT_RELOAD_TIMEOUT,
+    ConfigError,
+    load_directory_async,
+    watch_directory,
+)
 from ..server import Authorizer, SpiffeNodePolicy, XdsServer
 from ..transport import AdminApp, CertificateFiles, GrpclibTransport, serve_admin
 from ._common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, address
@@ -62,6 +70,30 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="under constant edits, reload at least this often (default 3000)",
     )
     serve.add_argument(
+        "--max-file-bytes",
+        type=_positive(int),
+        default=DEFAULT_MAX_FILE_BYTES,
+        metavar="BYTES",
+        help="refuse a config file larger than this, without reading it "
+        f"(default {DEFAULT_MAX_FILE_BYTES}, 16 MiB)",
+    )
+    serve.add_argument(
+        "--max-config-bytes",
+        type=_positive(int),
+        default=DEFAULT_MAX_CONFIG_BYTES,
+        metavar="BYTES",
+        help="refuse a directory whose config files hold more than this together "
+        f"(default {DEFAULT_MAX_CONFIG_BYTES}, 64 MiB)",
+    )
+    serve.add_argument(
+        "--reload-timeout",
+        type=_positive(float),
+        default=DEFAULT_RELOAD_TIMEOUT,
+        metavar="SECONDS",
+        help="abandon a load (at start-up, on a change or on SIGHUP) that takes longer "
+        f"than this; the last good snapshot stays (default {DEFAULT_RELOAD_TIMEOUT:g})",
+    )
+    serve.add_argument(
         "--control-plane-id", default="xdscore", help="sent as control_plane.identifier"
     )
     tls = serve.add_argument_group(
@@ -94,11 +126,28 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
 
 
+def _positive(kind: type[int] | type[float]) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+        return value
+
+    return parse
+
+
 async def run(args: argparse.Namespace) -> int:
     """Run ``serve`` until SIGINT or SIGTERM; the exit status."""
     directory: Path = args.directory
+    limits = {"max_file_bytes": args.max_file_bytes, "max_config_bytes": args.max_config_bytes}
     try:
-        snapshot = load_directory(directory)
+        # In a worker thread, like every later reload, with the same limits and timeout.
+        snapshot = await load_directory_async(
+            directory, quiet_ms=args.debounce_ms, timeout=args.reload_timeout, **limits
+        )
     except ConfigError as exc:
         print(f"xdscore: cannot serve {directory}: {exc}", file=sys.stderr)
         return EXIT_FAILED
@@ -111,7 +160,13 @@ async def run(args: argparse.Namespace) -> int:
     cache.set_snapshot(None, snapshot)
     server = XdsServer(cache, control_plane_id=args.control_plane_id, authorize=authorize)
     host, port = args.listen
-    async with GrpclibTransport(server) as transport, anyio.create_task_group() as group:
+    hangups, requests = anyio.create_memory_object_stream[str](8)
+    async with (
+        GrpclibTransport(server) as transport,
+        hangups,
+        requests,
+        anyio.create_task_group() as group,
+    ):
         context = certificates.context if certificates is not None else None
         try:
             bound = await transport.start(host, port, ssl_context=context)
@@ -137,14 +192,20 @@ async def run(args: argparse.Namespace) -> int:
                 cache,
                 quiet_ms=args.debounce_ms,
                 max_delay_ms=args.max_delay_ms,
+                reload_timeout=args.reload_timeout,
                 stop=stop,
+                reload_requests=requests,
+                **limits,
             )
         )
         wanted = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
         with anyio.open_signal_receiver(*wanted) as signals:
             async for signum in signals:
                 if signum == signal.SIGHUP:
-                    _reload(directory, cache)
+                    try:
+                        hangups.send_nowait("SIGHUP")
+                    except anyio.WouldBlock:
+                        log.warning("SIGHUP: reloads already requested; this one is ignored")
                     continue
                 log.info("received %s, shutting down", signal.Signals(signum).name)
                 break
@@ -182,14 +243,3 @@ def _security(args: argparse.Namespace) -> tuple[CertificateFiles | None, Author
         return None, None
     files = CertificateFiles(args.tls_cert, args.tls_key, client_ca=args.client_ca)
     return files, authorize
-
-
-def _reload(directory: Path, cache: SnapshotCache) -> None:
-    """Reload now (SIGHUP): apply the directory if it loads, else keep the last good one."""
-    try:
-        snapshot = load_directory(directory)
-    except ConfigError as exc:
-        log.error("SIGHUP: refused %s; still serving the last good snapshot\n%s", directory, exc)
-        return
-    cache.set_snapshot(None, snapshot)
-    log.info("SIGHUP: applied %s from %s", snapshot, directory)

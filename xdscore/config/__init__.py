@@ -1,13 +1,29 @@
 """Serving Envoy resources from a directory of YAML/JSON files."""
 
-from ._loader import ConfigError, Problem, config_files, load_directory, read_directory
-from ._watch import watch_directory
+from ._loader import (
+    DEFAULT_MAX_CONFIG_BYTES,
+    DEFAULT_MAX_FILE_BYTES,
+    MAX_YAML_ALIAS_NODES,
+    MAX_YAML_ALIASES,
+    ConfigError,
+    Problem,
+    config_files,
+    load_directory,
+    read_directory,
+)
+from ._watch import DEFAULT_RELOAD_TIMEOUT, load_directory_async, watch_directory
 
 __all__ = [
+    "DEFAULT_MAX_CONFIG_BYTES",
+    "DEFAULT_MAX_FILE_BYTES",
+    "DEFAULT_RELOAD_TIMEOUT",
+    "MAX_YAML_ALIASES",
+    "MAX_YAML_ALIAS_NODES",
     "ConfigError",
     "Problem",
     "config_files",
     "load_directory",
+    "load_directory_async",
     "read_directory",
     "watch_directory",
 ]

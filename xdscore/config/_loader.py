@@ -10,11 +10,19 @@ Envoy's proto3 JSON mapping, each with its ``@type``, as:
 
 Every problem in the directory is collected and reported together, each with its file and
 document, and a directory with any problem yields no snapshot at all.
+
+What a directory may cost is bounded before the expensive work starts: file sizes are
+checked from ``stat`` before anything is read (and again while reading), and YAML aliases
+are counted, and what they expand to measured, on the composed node graph before anything
+is constructed or handed to protobuf's ``json_format`` (where an alias bomb would expand).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,9 +37,44 @@ from ..wire._messages import import_all_protos, make_resource, message_class
 from ..wire._resource import Resource
 from ..wire._typeurls import all_types, type_info
 
-__all__ = ["ConfigError", "Problem", "load_directory", "read_directory"]
+try:
+    from yaml import CSafeLoader as _FastLoader
+except ImportError:  # PyYAML built without libyaml: the pure-Python loader, same results
+    from yaml import SafeLoader as _FastLoader  # type: ignore[assignment]
+
+_LIBYAML = _FastLoader.__name__ == "CSafeLoader"
+
+__all__ = [
+    "DEFAULT_MAX_CONFIG_BYTES",
+    "DEFAULT_MAX_FILE_BYTES",
+    "MAX_YAML_ALIASES",
+    "MAX_YAML_ALIAS_NODES",
+    "ConfigError",
+    "Problem",
+    "load_directory",
+    "read_directory",
+]
 
 SUFFIXES = (".yaml", ".yml", ".json")
+
+DEFAULT_MAX_FILE_BYTES = 16 * 1024 * 1024
+"""The largest config file read (16 MiB); a larger one is refused without being read."""
+DEFAULT_MAX_CONFIG_BYTES = 64 * 1024 * 1024
+"""The most bytes a directory's config files may hold together (64 MiB)."""
+MAX_YAML_ALIASES = 100
+"""The most YAML aliases (``*name``) one file may hold."""
+MAX_YAML_ALIAS_NODES = 200_000
+"""The most nodes the aliases of one YAML document may add to it once expanded."""
+
+_BETTER_MESSAGE_BYTES = 256 * 1024
+"""Up to this size, a file libyaml rejects is parsed again by the pure-Python parser, whose
+messages name the offending character and quote the line."""
+
+_CHECK_EVERY = 200
+"""Nodes a loading thread composes or constructs between two checkpoints (a look at its
+:class:`Control`, and an offer of the GIL to the other threads)."""
+_BEHIND_PAUSE = 0.001
+"""Seconds a load pauses at each offer while a newer load is running."""
 
 log = logging.getLogger("xdscore.config")
 
@@ -61,6 +104,24 @@ class ConfigError(ValueError):
         super().__init__(f"{len(problems)} problem(s) in the config directory:\n{listing}")
 
 
+class Stopped(Exception):
+    """A load was told to stop (abandoned or superseded) and did, at its next checkpoint."""
+
+
+@attrs.frozen
+class Control:
+    """What the owner of a load running in a thread tells it: ``stop`` (raise
+    :class:`Stopped` at the next checkpoint), and ``behind`` (a newer load is running: let it
+    go first)."""
+
+    stop: threading.Event = attrs.field(factory=threading.Event)
+    behind: threading.Event = attrs.field(factory=threading.Event)
+
+    def check(self) -> None:
+        if self.stop.is_set():
+            raise Stopped
+
+
 def config_files(directory: Path) -> list[Path]:
     """The files :func:`read_directory` reads, in the order it reads them."""
     if not directory.is_dir():
@@ -74,13 +135,265 @@ def config_files(directory: Path) -> list[Path]:
     )
 
 
-def _documents(path: Path) -> Iterator[tuple[str, Any]]:
-    text = path.read_text(encoding="utf-8")
-    if path.suffix == ".json":
-        yield str(path), yaml.safe_load(text) if text.strip() else None
+# -- reading the bytes ---------------------------------------------------------------------
+
+
+@attrs.frozen
+class FileData:
+    """One config file as read: its bytes, or why they could not be read."""
+
+    path: Path
+    data: bytes | None
+    error: str | None = None
+
+
+@attrs.frozen
+class DirectoryData:
+    """A directory's config files as read once, and a hash of all of it.
+
+    ``over_limit`` says a size limit refused the directory: it is refused whatever a second
+    read would find, so a watcher need not wait to read it again.
+    """
+
+    root: Path
+    files: tuple[FileData, ...]
+    problems: tuple[Problem, ...]
+    digest: str
+    over_limit: bool
+
+
+def read_files(
+    directory: str | Path,
+    *,
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+    max_config_bytes: int = DEFAULT_MAX_CONFIG_BYTES,
+) -> DirectoryData:
+    """The bytes of every config file, within the size limits (checked from ``stat`` first,
+    then while reading, for a file that grows in between)."""
+    root = Path(directory)
+    digest = hashlib.sha256()
+    try:
+        paths = config_files(root)
+    except ConfigError as exc:
+        return DirectoryData(root, (), tuple(exc.problems), digest.hexdigest(), False)
+    sizes: dict[Path, int] = {}
+    files: list[FileData] = []
+    problems: list[Problem] = []
+    for path in paths:
+        try:
+            sizes[path] = path.stat().st_size
+        except OSError as exc:
+            files.append(FileData(path, None, f"cannot be read: {exc}"))
+            continue
+        if sizes[path] > max_file_bytes:
+            problems.append(Problem(str(path), _over_file_limit(sizes[path], max_file_bytes)))
+    total = sum(size for size in sizes.values() if size <= max_file_bytes)
+    if total > max_config_bytes:
+        problems.append(Problem(str(root), _over_directory_limit(total, max_config_bytes)))
+    if problems:
+        return DirectoryData(root, (), tuple(problems), digest.hexdigest(), True)
+    read = 0
+    for path in sizes:
+        try:
+            with path.open("rb") as stream:
+                data = stream.read(max_file_bytes + 1)
+        except OSError as exc:
+            files.append(FileData(path, None, f"cannot be read: {exc}"))
+            continue
+        read += len(data)
+        if len(data) > max_file_bytes:
+            problems.append(Problem(str(path), _over_file_limit(len(data), max_file_bytes)))
+        elif read > max_config_bytes:
+            problems.append(
+                Problem(str(root), _over_directory_limit(read, max_config_bytes, grew=True))
+            )
+            break
+        else:
+            files.append(FileData(path, data))
+    if problems:
+        return DirectoryData(root, (), tuple(problems), digest.hexdigest(), True)
+    files.sort(key=lambda file: file.path)
+    for file in files:
+        name = str(file.path.relative_to(root)).encode("utf-8", "surrogateescape")
+        digest.update(len(name).to_bytes(8, "big") + name)
+        body = file.data if file.data is not None else (file.error or "").encode()
+        digest.update(b"D" if file.data is not None else b"E")
+        digest.update(len(body).to_bytes(8, "big") + body)
+    return DirectoryData(root, tuple(files), (), digest.hexdigest(), False)
+
+
+def _over_file_limit(size: int, limit: int) -> str:
+    return (
+        f"refused: the file is {size:,} bytes, over the limit of {limit:,} bytes for one "
+        "file (max_file_bytes)"
+    )
+
+
+def _over_directory_limit(size: int, limit: int, *, grew: bool = False) -> str:
+    held = f"more than {limit:,} bytes (they grew while being read)" if grew else f"{size:,} bytes"
+    return (
+        f"refused: the config files hold {held}, over the limit of {limit:,} bytes for a "
+        "directory (max_config_bytes)"
+    )
+
+
+# -- parsing -------------------------------------------------------------------------------
+
+
+class _Loader(_FastLoader):
+    """The safe loader (libyaml's when available) with a checkpoint every
+    :data:`_CHECK_EVERY` nodes: an abandoned load stops within a few milliseconds rather
+    than at the end of a large document, and the thread lets the others (the event loop
+    first) run, pausing a little when a newer load is running, so that the newer goes first."""
+
+    control: Control | None = None
+    _nodes = 0
+
+    def _checkpoint(self) -> None:
+        self._nodes = 0
+        control = self.control
+        if control is not None:
+            control.check()
+            # Hands the GIL to a waiting thread now rather than at the next forced switch.
+            time.sleep(_BEHIND_PAUSE if control.behind.is_set() else 0)
+
+    def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
+        self._nodes += 1
+        if self._nodes >= _CHECK_EVERY:
+            self._checkpoint()
+        return super().resolve(kind, value, implicit)  # type: ignore[no-untyped-call]
+
+    def construct_object(self, node: Any, deep: bool = False) -> Any:
+        self._nodes += 1
+        if self._nodes >= _CHECK_EVERY:
+            self._checkpoint()
+        return super().construct_object(node, deep)
+
+
+class _Bounds(Exception):
+    """A document exceeds one of the YAML alias bounds."""
+
+    def __init__(self, where: str, message: str) -> None:
+        super().__init__(message)
+        self.where = where
+        self.message = message
+
+
+def _children(node: yaml.Node) -> Iterator[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return iter(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return (item for pair in node.value for item in pair)
+    return iter(())
+
+
+def _check_aliases(root: yaml.Node, where: str, aliases: int) -> int:
+    """The file's alias count once ``root`` (a composed document) is added to ``aliases``.
+
+    Walks the node graph once, each node once, computing the size each node expands to
+    (an alias counts as the size of what it names, each time it appears): the expansion is
+    measured without being done. Raises :class:`_Bounds` past either bound, or on a
+    recursive alias.
+    """
+    sizes: dict[int, int] = {}  # expanded size of each node done, by id
+    active: set[int] = set()  # the nodes on the path from the root
+    added = 0  # what aliases add: for each, the size of what it names, less itself
+    stack: list[list[Any]] = [[root, _children(root), 1]]
+    active.add(id(root))
+    while stack:
+        frame = stack[-1]
+        child = next(frame[1], None)
+        if child is None:
+            stack.pop()
+            active.discard(id(frame[0]))
+            sizes[id(frame[0])] = frame[2]
+            if stack:
+                stack[-1][2] += frame[2]
+            continue
+        key = id(child)
+        if key in sizes:
+            # A node met again is an alias: composing shares the anchored node.
+            aliases += 1
+            if aliases > MAX_YAML_ALIASES:
+                raise _Bounds(
+                    where,
+                    f"refused: more than {MAX_YAML_ALIASES} YAML aliases in the file "
+                    f"(the alias limit is {MAX_YAML_ALIASES} per file)",
+                )
+            frame[2] += sizes[key]
+            added += sizes[key] - 1
+            if added > MAX_YAML_ALIAS_NODES:
+                raise _Bounds(
+                    where,
+                    f"refused: its YAML aliases expand it by more than {MAX_YAML_ALIAS_NODES:,} "
+                    f"nodes (the alias expansion limit is {MAX_YAML_ALIAS_NODES:,} nodes per "
+                    "document)",
+                )
+            continue
+        if key in active:
+            raise _Bounds(
+                where, "refused: a YAML alias names a node that contains it (a recursive alias)"
+            )
+        active.add(key)
+        stack.append([child, _children(child), 1])
+    return aliases
+
+
+def _documents(path: Path, data: bytes, control: Control | None = None) -> list[tuple[str, Any]]:
+    """The documents of one file, each checked against the alias bounds before it is
+    constructed. Raises ``yaml.YAMLError`` (or :class:`_Bounds`) for the whole file."""
+    text = data.decode("utf-8")
+    is_json = path.suffix == ".json"
+    if is_json and not text.strip():
+        return []
+    # Aliases need anchors: a file without '&' has none, and nothing to check.
+    check = b"&" in data
+    loader = _Loader(text)
+    loader.control = control
+    documents: list[tuple[str, Any]] = []
+    aliases = 0
+    try:
+        for index, node in enumerate(_nodes(loader, is_json), start=1):
+            where = str(path) if is_json else f"{path} (document {index})"
+            if check:
+                aliases = _check_aliases(node, where, aliases)
+            documents.append((where, loader.construct_document(node)))
+    except yaml.YAMLError as exc:
+        raise _better_error(text, is_json) or exc from None
+    finally:
+        loader.dispose()
+    return documents
+
+
+def _nodes(loader: _Loader, is_json: bool) -> Iterator[yaml.Node]:
+    """Each document's composed node graph, one at a time (a JSON file holds one)."""
+    if is_json:
+        node = loader.get_single_node()
+        if node is not None:
+            yield node
         return
-    for index, document in enumerate(yaml.safe_load_all(text)):
-        yield f"{path} (document {index + 1})", document
+    while loader.check_node():
+        node = loader.get_node()
+        if node is not None:
+            yield node
+
+
+def _better_error(text: str, is_json: bool) -> yaml.YAMLError | None:
+    """The pure-Python parser's message for a small file libyaml rejected, if it has one."""
+    if not _LIBYAML or len(text) > _BETTER_MESSAGE_BYTES:
+        return None
+    try:
+        # Composing only: linear in the text, aliases included (nothing is expanded).
+        if is_json:
+            yaml.compose(text, Loader=yaml.SafeLoader)
+        else:
+            for _ in yaml.compose_all(text, Loader=yaml.SafeLoader):
+                pass
+    except yaml.YAMLError as exc:
+        return exc
+    except RecursionError:
+        return None
+    return None
 
 
 def _entries(where: str, document: Any) -> Iterator[tuple[str, Any]]:
@@ -120,41 +433,89 @@ def _resource(entry: Any) -> Resource:
         raise _EntryError(str(exc)) from None
 
 
-def read_directory(directory: str | Path) -> tuple[list[tuple[str, Resource]], list[Problem]]:
-    """Every resource the directory holds (with where it was found), and every problem."""
-    root = Path(directory)
+def parse_files(
+    contents: DirectoryData, control: Control | None = None
+) -> tuple[list[tuple[str, Resource]], list[Problem]]:
+    """The resources and problems of a directory read by :func:`read_files`. With
+    ``control``, raises :class:`Stopped` at the first checkpoint (a YAML node, a resource)
+    once ``control.stop`` is set."""
     import_all_protos()
     resources: list[tuple[str, Resource]] = []
-    problems: list[Problem] = []
-    try:
-        files = config_files(root)
-    except ConfigError as exc:
-        return [], exc.problems
-    for path in files:
+    problems = list(contents.problems)
+    for file in contents.files:
+        if file.data is None:
+            problems.append(Problem(str(file.path), file.error or "cannot be read"))
+            continue
         try:
-            documents = list(_documents(path))
-        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-            problems.append(Problem(str(path), f"cannot be read: {exc}"))
+            documents = _documents(file.path, file.data, control)
+        except (UnicodeDecodeError, yaml.YAMLError) as exc:
+            problems.append(Problem(str(file.path), f"cannot be read: {exc}"))
+            continue
+        except RecursionError:
+            problems.append(Problem(str(file.path), "cannot be read: nested too deeply"))
+            continue
+        except _Bounds as exc:
+            problems.append(Problem(exc.where, exc.message))
             continue
         for where, document in documents:
             for entry_where, entry in _entries(where, document):
+                if control is not None:
+                    control.check()
                 try:
                     resources.append((entry_where, _resource(entry)))
                 except _EntryError as exc:
                     problems.append(Problem(entry_where, str(exc)))
+                except RecursionError:
+                    problems.append(Problem(entry_where, "nested too deeply"))
     return resources, problems
 
 
-def load_directory(directory: str | Path) -> Snapshot:
+def read_directory(
+    directory: str | Path,
+    *,
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+    max_config_bytes: int = DEFAULT_MAX_CONFIG_BYTES,
+) -> tuple[list[tuple[str, Resource]], list[Problem]]:
+    """Every resource the directory holds (with where it was found), and every problem.
+
+    A file over ``max_file_bytes``, or files together over ``max_config_bytes``, are refused
+    from their sizes before anything is read; a YAML file with more than
+    :data:`MAX_YAML_ALIASES` aliases, or a document its aliases would expand by more than
+    :data:`MAX_YAML_ALIAS_NODES` nodes, is refused before it is constructed. Each refusal is
+    one problem naming the file, the document and the limit.
+    """
+    contents = read_files(
+        directory, max_file_bytes=max_file_bytes, max_config_bytes=max_config_bytes
+    )
+    return parse_files(contents)
+
+
+def load_directory(
+    directory: str | Path,
+    *,
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+    max_config_bytes: int = DEFAULT_MAX_CONFIG_BYTES,
+) -> Snapshot:
     """A consistent snapshot of the directory; raises :class:`ConfigError` listing problems.
 
-    The directory is refused when a file does not read or parse, or when
-    :func:`~xdscore.analysis.analyze` finds anything of ERROR severity (dangling references,
-    duplicate names, ...); its warnings are logged on ``xdscore.config`` and do not refuse it.
-    The snapshot is authoritative for every registered type: a directory without listeners
-    serves an empty listener set. A directory with no resources at all is refused.
+    The directory is refused when a file does not read or parse, exceeds a limit (see
+    :func:`read_directory`), or when :func:`~xdscore.analysis.analyze` finds anything of
+    ERROR severity (dangling references, duplicate names, ...); its warnings are logged on
+    ``xdscore.config`` and do not refuse it. The snapshot is authoritative for every
+    registered type: a directory without listeners serves an empty listener set. A
+    directory with no resources at all is refused. This reads and parses on the calling
+    thread: from async code, use :func:`~xdscore.config.load_directory_async`.
     """
-    found, problems = read_directory(directory)
+    contents = read_files(
+        directory, max_file_bytes=max_file_bytes, max_config_bytes=max_config_bytes
+    )
+    return load_files(contents)
+
+
+def load_files(contents: DirectoryData, control: Control | None = None) -> Snapshot:
+    """:func:`load_directory` of a directory already read by :func:`read_files`."""
+    found, problems = parse_files(contents, control)
+    directory = contents.root
     if not found and not problems:
         # Serving nothing would tell every client to delete every listener and cluster.
         problems.append(Problem(str(directory), "holds no resources; refusing to serve nothing"))

@@ -8,11 +8,13 @@ serves with uvicorn.
 
 from ._admin import AdminApp, serve_admin
 from ._grpclib import GrpclibTransport
+from ._http2 import ConnectionLimits
 from ._tls import CertificateFiles, server_ssl_context
 
 __all__ = [
     "AdminApp",
     "CertificateFiles",
+    "ConnectionLimits",
     "GrpclibTransport",
     "serve_admin",
     "server_ssl_context",
