@@ -8,7 +8,8 @@ The M established clients connect and converge first. Then all N storm clients o
 streams at once (each its own channel and TCP connection, as after a control plane
 restart); a client the server sheds with RESOURCE_EXHAUSTED comes back after the hint the
 refusal carries, as Envoy does. While the storm converges, the server pushes a change every
-``--push-every`` seconds and the time each established client takes to ACK it is recorded.
+``--push-every`` seconds (one endpoint set, which every client holds) and the time each
+established client takes to ACK it is recorded; ``--push-every 0`` pushes nothing.
 The report (JSON) holds the storm's convergence time, how many refusals it took, the
 established clients' push latencies (median, p99, max), the server's CPU seconds and peak
 RSS, and the load generator's own CPU (a saturated generator is not a slow server).
@@ -36,9 +37,9 @@ from loadgen import Fleet, ServerProcess, _own_cpu, _percentile
 async def _established_latency(
     fleet: Fleet, server: ServerProcess, endpoints: int, timeout: float
 ) -> float:
-    """Push once; the time until every established client ACKed it."""
-    fleet.arm_push(fleet.clusters)
-    set_at = await server.push(f"{fleet.clusters} {endpoints}", timeout)
+    """Push one changed endpoint set; the time until every established client ACKed it."""
+    fleet.arm_push(1)
+    set_at = await server.push(f"{fleet.clusters} {endpoints} 1", timeout)
     async with asyncio.timeout(timeout):
         await fleet.all_updated.wait()
     return max(client.updated_at for client in fleet.clients) - set_at
@@ -73,6 +74,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         tasks += [asyncio.create_task(storm.run_client(c)) for c in storm.clients]
         latencies: list[float] = []
         while not storm.all_converged.is_set():
+            if args.push_every <= 0:
+                async with asyncio.timeout(args.timeout):
+                    await storm.all_converged.wait()
+                break
             try:
                 async with asyncio.timeout(args.push_every):
                     await storm.all_converged.wait()
