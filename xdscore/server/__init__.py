@@ -3,6 +3,7 @@
 from ._admission import PushSlots, ServerLimits
 from ._authorization import Authorizer, PeerIdentity, SpiffeNodePolicy
 from ._callbacks import ServerCallbacks, StreamInfo
+from ._catch_up import DEFAULT_CATCH_UP_TIMEOUT, CatchUp
 from ._driver import ByteStream, ClientDriver, OnResponse, ServerDriver
 from ._metrics import Metrics
 from ._pacer import Pacing
@@ -10,9 +11,11 @@ from ._server import ActiveStream, XdsServer
 from ._status import NackRecord, StreamStatus, SyncState, TypeStatus
 
 __all__ = [
+    "DEFAULT_CATCH_UP_TIMEOUT",
     "ActiveStream",
     "Authorizer",
     "ByteStream",
+    "CatchUp",
     "ClientDriver",
     "Metrics",
     "NackRecord",

@@ -53,6 +53,7 @@ from ..wire._records import (
 from ._admission import PushSlots
 from ._authorization import Authorizer
 from ._callbacks import ServerCallbacks, StreamInfo
+from ._catch_up import CatchUp, presents_unknown
 from ._metrics import Metrics, type_label
 from ._pacer import Pacer
 from ._status import NackRecord, TypeRecord
@@ -229,6 +230,8 @@ class ServerDriver(Generic[_Request, _Response]):
         on_synced: Callable[[], None] | None = None,
         on_first: Callable[[], None] | None = None,
         pacer: Pacer | None = None,
+        catch_up: CatchUp | None = None,
+        catch_up_timeout: float = 0.0,
     ) -> None:
         self.machine = machine
         self.info = info
@@ -246,6 +249,8 @@ class ServerDriver(Generic[_Request, _Response]):
         self._on_synced = on_synced
         self._on_first = on_first
         self._pacer = pacer
+        self._catch_up = catch_up
+        self._catch_up_timeout = catch_up_timeout
         self._requested = False
         """A request arrived since the write task last looked: answer it at once."""
         self._polled = (-1.0, -1.0)
@@ -329,6 +334,8 @@ class ServerDriver(Generic[_Request, _Response]):
                 return
             request = self._codec.decode(checked(data, self._limit, "request"))
             call_back(self._callbacks.on_request, self.info, request)
+            if self._catch_up is not None:
+                await self._wait_for_store(request)
             for event in self.machine.receive(request):
                 if isinstance(event, NodeIdentified):
                     self.info.node = event.node
@@ -342,6 +349,28 @@ class ServerDriver(Generic[_Request, _Response]):
             self._requested = True
             self._wake.set()
             data = await self._stream.receive()
+
+    async def _wait_for_store(self, request: Any) -> None:
+        """Before the first request of a type that presents versions this replica does not
+        hold: wait, bounded, until it holds what its store has (see ``_catch_up``)."""
+        assert self._catch_up is not None
+        type_url = request.type_url or self.info.type_url or ""
+        if type_url in self.machine.type_states():
+            return
+        node = self.info.node or request.node
+        view = self._cache.view(node) if node is not None else None
+        if not presents_unknown(attrs.evolve(request, type_url=type_url), view):
+            return
+        started = time.monotonic()
+        caught_up = await self._catch_up.caught_up(self._catch_up_timeout)
+        log.log(
+            logging.INFO if caught_up else logging.WARNING,
+            "node=%s presented %s versions this replica does not hold; %s after %.3f s",
+            _node_id(self.info) if node is None else node.id,
+            type_label(type_url),
+            "caught up with the store" if caught_up else "answering from what it has",
+            time.monotonic() - started,
+        )
 
     async def _write(self) -> None:
         while True:

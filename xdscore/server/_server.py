@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import secrets
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, Literal
@@ -26,6 +27,7 @@ from ..protocol._state import ProtocolName
 from ._admission import PushSlots, ServerLimits, TokenBucket, refusal
 from ._authorization import Authorizer, PeerIdentity
 from ._callbacks import ServerCallbacks, StreamInfo
+from ._catch_up import DEFAULT_CATCH_UP_TIMEOUT, CatchUp
 from ._csds import ClientStatus
 from ._driver import DELTA, SOTW, ByteStream, ServerDriver, call_back, describe
 from ._metrics import Metrics
@@ -71,6 +73,11 @@ class XdsServer:
     ``False``: none at all). ``authorize`` decides, once the first request names the node
     and before anything is sent, whether the stream may go on (see
     :class:`~xdscore.server.SpiffeNodePolicy`); a denial ends it with PERMISSION_DENIED.
+    ``replica_id`` starts every nonce this server sends, so that a nonce from one replica is
+    never mistaken for another's by a client that moved (default: 8 random hex digits).
+    ``catch_up`` is the source to wait for, up to ``catch_up_timeout`` seconds, before
+    answering a first request that presents versions this replica does not hold (see
+    :mod:`xdscore.server._catch_up`); ``None``: answer at once.
     """
 
     def __init__(
@@ -85,8 +92,14 @@ class XdsServer:
         ordered_ads: bool = True,
         metrics: Metrics | Literal[False] | None = None,
         authorize: Authorizer | None = None,
+        replica_id: str | None = None,
+        catch_up: CatchUp | None = None,
+        catch_up_timeout: float = DEFAULT_CATCH_UP_TIMEOUT,
     ) -> None:
         self.cache = cache
+        self.replica_id = secrets.token_hex(4) if replica_id is None else replica_id
+        self.catch_up = catch_up
+        self.catch_up_timeout = catch_up_timeout
         self.callbacks = callbacks or ServerCallbacks()
         self.limits = limits or StreamLimits()
         self.control_plane_id = control_plane_id
@@ -170,7 +183,11 @@ class XdsServer:
             identity=identity,
         )
         machine, driver = self._driver(
-            protocol, stream, info, lambda: f"{stream_id}.{next(counter)}", type_url
+            protocol,
+            stream,
+            info,
+            lambda: f"{self.replica_id}-{stream_id}.{next(counter)}",
+            type_url,
         )
         scope = anyio.CancelScope()
         self._streams[stream_id] = ActiveStream(info, machine, driver.records, scope)
@@ -283,6 +300,8 @@ class XdsServer:
             "on_synced": self._synced,
             "on_first": self._admit_first,
             "pacer": self.pacer,
+            "catch_up": self.catch_up,
+            "catch_up_timeout": self.catch_up_timeout,
         }
 
 
