@@ -153,6 +153,7 @@ class Client:
     stream: GrpcioStream | None = None
     driver: ClientDriver | None = None
     responses: int = 0
+    resources: int = 0
     converged_at: float = 0.0
     updated_at: float = 0.0
     eds_since_push: int = 0
@@ -196,12 +197,18 @@ class Fleet:
         self._updated = 0
         self._decoder = SharedDecoder()
 
-    async def run_client(self, client: Client) -> None:
+    async def run_client(self, client: Client, *, resume: bool = False) -> None:
+        """Run one client until its stream ends; with ``resume``, the machine it already has
+        reconnects presenting what it holds, as Envoy does after losing its server."""
         channel = grpc.aio.insecure_channel(self.target, options=UNLIMITED)
         method = "DeltaAggregatedResources" if self.delta else "StreamAggregatedResources"
         call = channel.stream_stream(ADS + method)()
         client.stream = GrpcioStream(call)
-        machine = DeltaClient(node=client.node) if self.delta else SotwClient(node=client.node)
+        machine: DeltaClient | SotwClient
+        if resume and client.driver is not None:
+            machine = client.driver.machine
+        else:
+            machine = DeltaClient(node=client.node) if self.delta else SotwClient(node=client.node)
         driver = ClientDriver(
             machine,
             client.stream,
@@ -210,7 +217,10 @@ class Fleet:
         )
         client.driver = driver
         try:
-            if self.delta:
+            if resume:
+                for request in machine.reconnect():
+                    await driver.send(request)
+            elif self.delta:
                 await driver.subscribe(CDS)
                 await driver.subscribe(LDS)
             else:
@@ -225,7 +235,7 @@ class Fleet:
             # Shed by admission control: come back when the server says, as Envoy would.
             client.refusals += 1
             await asyncio.sleep(float(hint.group(1)))
-            await self.run_client(client)
+            await self.run_client(client, resume=resume)
         except asyncio.CancelledError as exc:
             client.error = str(exc)[:200]
         finally:
@@ -234,6 +244,7 @@ class Fleet:
 
     def _observe(self, client: Client, response: Any) -> None:
         client.responses += 1
+        client.resources += len(response.resources)
         type_url = response.type_url
         if self.delta:
             if type_url == EDS and self.pushing and not client.updated_at:
