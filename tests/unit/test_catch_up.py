@@ -252,3 +252,37 @@ def test_which_first_requests_wait() -> None:
         REVISION_1,
     )
     assert not presents_unknown(DiscoveryRequest(type_url=CLUSTER), REVISION_1)
+
+
+@pytest.mark.parametrize("protocol", ["sotw", "delta"])
+async def test_replicas_of_one_content_send_identical_versions_and_distinct_nonces(
+    protocol: str,
+) -> None:
+    seen: list[dict[str, tuple[str, set[str]]]] = []
+    async with anyio.create_task_group() as group:
+        for _ in range(2):
+            machine = SotwClient(node=NODE) if protocol == "sotw" else DeltaClient(node=NODE)
+            async with replica(revision("a", "b", "c"), protocol, group) as (_, sent, connect):
+                client = connect(machine)  # type: ignore[arg-type]
+                group.start_soon(client.run)
+                if isinstance(machine, SotwClient):
+                    await client.watch(CLUSTER, None)
+                else:
+                    await client.subscribe(CLUSTER)
+                await until(lambda: len(machine.holds(ENDPOINT)) == 3, sent)  # noqa: B023
+                by_type: dict[str, tuple[str, set[str]]] = {}
+                for response in sent.responses:
+                    assert isinstance(response, SotwResponse | DeltaResponse)
+                    version = (
+                        response.version_info
+                        if isinstance(response, SotwResponse)
+                        else response.system_version_info
+                    )
+                    by_type.setdefault(response.type_url, (version, set()))[1].add(response.nonce)
+                seen.append(by_type)
+        group.cancel_scope.cancel()
+    first, second = seen
+    assert set(first) == set(second) == {CLUSTER, ENDPOINT}
+    for type_url in first:
+        assert first[type_url][0] == second[type_url][0] != ""
+        assert not first[type_url][1] & second[type_url][1]
