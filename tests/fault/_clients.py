@@ -43,7 +43,7 @@ from xdscore import (
     same_for_all,
 )
 from xdscore import builders as b
-from xdscore.server import ServerLimits
+from xdscore.server import Rebalancing, ServerLimits
 
 from ..factories import wait_until
 
@@ -130,12 +130,22 @@ class Plane:
 
 @asynccontextmanager
 async def control_plane(
-    *, limits: StreamLimits | None = None, server_limits: ServerLimits | None = None
+    *,
+    limits: StreamLimits | None = None,
+    server_limits: ServerLimits | None = None,
+    rebalancing: Rebalancing | None = None,
+    recorder: Recorder | None = None,
 ) -> AsyncIterator[Plane]:
     """A server whose every client (any node) gets one snapshot, stopped on exit."""
     cache = SnapshotCache(group=same_for_all)
-    recorder = Recorder()
-    server = XdsServer(cache, callbacks=recorder, limits=limits, server_limits=server_limits)
+    recorder = recorder or Recorder()
+    server = XdsServer(
+        cache,
+        callbacks=recorder,
+        limits=limits,
+        server_limits=server_limits,
+        rebalancing=rebalancing,
+    )
     transport = GrpclibTransport(server)
     port = await transport.start()
     plane = Plane(cache=cache, server=server, transport=transport, recorder=recorder, port=port)

@@ -7,11 +7,13 @@ from ._catch_up import DEFAULT_CATCH_UP_TIMEOUT, CatchUp
 from ._driver import ByteStream, ClientDriver, OnResponse, ServerDriver
 from ._metrics import Metrics
 from ._pacer import Pacing
+from ._rebalance import REBALANCE_MESSAGE, Rebalancing
 from ._server import ActiveStream, XdsServer
 from ._status import NackRecord, StreamStatus, SyncState, TypeStatus
 
 __all__ = [
     "DEFAULT_CATCH_UP_TIMEOUT",
+    "REBALANCE_MESSAGE",
     "ActiveStream",
     "Authorizer",
     "ByteStream",
@@ -23,6 +25,7 @@ __all__ = [
     "Pacing",
     "PeerIdentity",
     "PushSlots",
+    "Rebalancing",
     "ServerCallbacks",
     "ServerDriver",
     "ServerLimits",

@@ -270,6 +270,8 @@ class ServerDriver(Generic[_Request, _Response]):
         """Types whose response in flight carries a cache change made at this time."""
         self._in_flight: set[str] = set()
         """Types with a response written (or being written) that the client has not answered."""
+        self._finishing = False
+        self._finish_now = False
 
     async def run(self) -> None:
         """Serve until the client closes its side or goes away; raises :class:`ProtocolError`."""
@@ -373,12 +375,28 @@ class ServerDriver(Generic[_Request, _Response]):
         )
 
     async def _write(self) -> None:
-        while True:
+        while not self._finished():
             await self._wake.wait()
             more = True
-            while more:
+            while more and not self._finished():
                 only, more = await self._next_round()
                 await self._push(only)
+
+    def finish(self, *, now: bool = False) -> None:
+        """End the stream cleanly between two responses: once the client has answered every
+        response in flight, or (``now``) at the next point between two writes. The write task
+        returns there, which ends the stream as the client closing it would."""
+        self._finishing = True
+        self._finish_now = self._finish_now or now
+        self._wake.set()
+
+    @property
+    def finishing(self) -> bool:
+        """Whether :meth:`finish` was called."""
+        return self._finishing
+
+    def _finished(self) -> bool:
+        return self._finishing and (self._finish_now or not self._in_flight)
 
     async def _next_round(self) -> tuple[Collection[str] | None, bool]:
         """Which types to look at now (``None``: all), and whether a later round follows

@@ -105,6 +105,11 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.rebalanced_streams = Counter(
+            "xdscore_rebalanced_streams",
+            "Streams ended cleanly because they reached their maximum age (rebalancing).",
+            registry=r,
+        )
         self.connections_cut = Counter(
             "xdscore_connections_cut",
             "HTTP/2 connections the transport cut for abuse, by reason.",

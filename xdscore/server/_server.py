@@ -32,6 +32,7 @@ from ._csds import ClientStatus
 from ._driver import DELTA, SOTW, ByteStream, ServerDriver, call_back, describe
 from ._metrics import Metrics
 from ._pacer import Pacer, Pacing
+from ._rebalance import Rebalancing, Recycler
 from ._status import StreamStatus, TypeRecord, stream_status
 
 __all__ = ["ActiveStream", "XdsServer"]
@@ -78,6 +79,8 @@ class XdsServer:
     ``catch_up`` is the source to wait for, up to ``catch_up_timeout`` seconds, before
     answering a first request that presents versions this replica does not hold (see
     :mod:`xdscore.server._catch_up`); ``None``: answer at once.
+    ``rebalancing`` ends streams that reached a maximum age, a few a second, so that
+    proxies spread over replicas (see :class:`~xdscore.server.Rebalancing`; off by default).
     """
 
     def __init__(
@@ -95,6 +98,7 @@ class XdsServer:
         replica_id: str | None = None,
         catch_up: CatchUp | None = None,
         catch_up_timeout: float = DEFAULT_CATCH_UP_TIMEOUT,
+        rebalancing: Rebalancing | None = None,
     ) -> None:
         self.cache = cache
         self.replica_id = secrets.token_hex(4) if replica_id is None else replica_id
@@ -120,6 +124,12 @@ class XdsServer:
         """Answers CSDS about this server's clients (the transport serves it)."""
         self._ids = itertools.count(1)
         self._streams: dict[int, ActiveStream] = {}
+        self.rebalancing = rebalancing or Rebalancing()
+        self._recycler = (
+            Recycler(self.rebalancing, lambda: len(self._streams), on_recycled=self._recycled)
+            if self.rebalancing.enabled
+            else None
+        )
         self._closed = False
         self.serving = False
         """Set by the transport while it listens."""
@@ -197,10 +207,14 @@ class XdsServer:
             gauge = self.metrics.streams.labels(protocol, mode)
             gauge.inc()
         error: Exception | None = None
+        recycled = False
         try:
             call_back(self.callbacks.on_stream_open, info)
             with scope:
-                await driver.run()
+                if self._recycler is None:
+                    await driver.run()
+                else:
+                    recycled = await self._recycler.run(driver, info.opened_at, stream)
         except Exception as exc:
             error = exc
             raise
@@ -210,7 +224,7 @@ class XdsServer:
                 self._syncing -= 1
             if gauge is not None:
                 gauge.dec()
-            _log_close(info, error, scope.cancel_called)
+            _log_close(info, error, scope.cancel_called, recycled)
             try:
                 self.callbacks.on_stream_close(info, error)
             except Exception:
@@ -256,6 +270,10 @@ class XdsServer:
 
     def _synced(self) -> None:
         self._syncing -= 1
+
+    def _recycled(self) -> None:
+        if self.metrics is not None:
+            self.metrics.rebalanced_streams.inc()
 
     def _refuse(self, reason: str) -> None:
         if self.metrics is not None:
@@ -305,11 +323,15 @@ class XdsServer:
         }
 
 
-def _log_close(info: StreamInfo, error: Exception | None, cancelled: bool) -> None:
+def _log_close(
+    info: StreamInfo, error: Exception | None, cancelled: bool, recycled: bool = False
+) -> None:
     node = info.node.id if info.node is not None else "?"
     lasted = time.monotonic() - info.opened_at
     if error is not None:
         reason = str(error) or type(error).__name__
+    elif recycled:
+        reason = "rebalanced: it reached its maximum age"
     elif cancelled:
         reason = "server closed it"
     else:

@@ -203,11 +203,22 @@ class GrpclibTransport:
         return _GrpclibStream(stream, self.server.limits.max_request_bytes)
 
     async def start(
-        self, host: str = "127.0.0.1", port: int = 0, *, ssl_context: ssl.SSLContext | None = None
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        reuse_port: bool = False,
     ) -> int:
-        """Listen on ``host:port`` (0 picks a free port); return the bound port."""
+        """Listen on ``host:port`` (0 picks a free port); return the bound port.
+
+        ``reuse_port`` sets SO_REUSEPORT, so that several processes (``xdscore serve
+        --workers``) listen on one port and the kernel spreads new connections over them.
+        """
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        sock = socket.create_server((host, port), family=family, backlog=1024)
+        sock = socket.create_server(
+            (host, port), family=family, backlog=1024, reuse_port=reuse_port
+        )
         sock.setblocking(False)
         await self._grpc.start(sock=sock, ssl=ssl_context)
         self.port = int(sock.getsockname()[1])
@@ -295,6 +306,16 @@ class _GrpclibStream:
     async def send(self, data: bytes) -> None:
         try:
             await self._stream.send_message(data)
+        except _GONE as exc:
+            raise StreamClosed from exc
+
+    async def end(self, message: str) -> None:
+        """End the stream with status OK and ``message`` (a stream the server ends on
+        purpose, between responses, for the client to reconnect)."""
+        try:
+            await self._stream.send_trailing_metadata(
+                status=grpclib.const.Status.OK, status_message=message
+            )
         except _GONE as exc:
             raise StreamClosed from exc
 
