@@ -29,7 +29,7 @@ lint: venv
 
 ## The library, and the test helpers other test modules build on.
 typecheck: venv
-	$(VENV)/bin/mypy --strict xdscore tests/factories.py tests/property/_invariants.py tests/property/_model.py tests/integration/_envoy_support.py tests/integration/_delta_support.py tests/fault/_clients.py tests/tls_support.py
+	$(VENV)/bin/mypy --strict xdscore tests/factories.py tests/property/_invariants.py tests/property/_model.py tests/integration/_envoy_support.py tests/integration/_delta_support.py tests/fault/_clients.py tests/tls_support.py tests/etcd_support.py
 
 unit: venv
 	$(PY) -m pytest tests/unit tests/property $(PYTEST_ARGS)
