@@ -125,7 +125,9 @@ async def apply_state(
         success.append(ops.Put(marker_key(prefix), marker))
         guard = ops.Mod(range_start(prefix), range_end(prefix)) < revision + 1
         try:
-            committed, responses = await client.transaction(compare=[guard], success=success)
+            committed, responses = await client.transaction(
+                compare=[guard], success=success, failure=[]
+            )
         except client_errors() as exc:
             raise EtcdError(
                 f"etcd refused the transaction of {len(changes)} change(s): {describe(exc)}"
