@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -10,6 +11,7 @@ from typing import Any
 
 import anyio
 import pytest
+from envoy.config.cluster.v3 import cluster_pb2
 
 from xdscore import (
     CLUSTER,
@@ -24,10 +26,13 @@ from xdscore import (
     same_for_all,
 )
 from xdscore.builders import eds_cluster, http_listener, load_assignment, route_configuration
+from xdscore.config import load_directory
 from xdscore.etcd import ApplyConflict, EtcdError, EtcdSource, Outcome, apply_state, connect
+from xdscore.testing import free_port, http_get
 
 from ..etcd_support import Cut, EtcdServer, running_etcd
 from ..factories import wait_until
+from ..fault._clients import ADS, ack, channel, request
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
@@ -324,3 +329,148 @@ async def test_two_applies_that_read_the_same_revision_cannot_interleave(
         with pytest.raises(ApplyConflict, match="nothing was written"):
             await apply_state(raced, config(), prefix=PREFIX, attempts=1)
         assert not (await apply_state(mine, config(clusters=("a",)), prefix=PREFIX)).written
+
+
+# -- the command line ------------------------------------------------------------------
+
+DEMO = Path(__file__).parents[2] / "examples" / "demo-config"
+
+
+def demo_directory(target: Path) -> Path:
+    """The demo config with its placeholders filled (nothing listens on those ports)."""
+    target.mkdir()
+    ports = {"LISTENER_PORT": 10000, "BACKEND_A_PORT": 10001, "BACKEND_B_PORT": 10002}
+    for source in sorted(DEMO.glob("*.yaml")):
+        text = source.read_text()
+        for name, port in ports.items():
+            text = text.replace("{{" + name + "}}", str(port))
+        (target / source.name).write_text(text)
+    return target
+
+
+async def xdscore(*args: str) -> tuple[int, str, str]:
+    result = await anyio.run_process([sys.executable, "-m", "xdscore", *args], check=False)
+    return result.returncode, result.stdout.decode(), result.stderr.decode()
+
+
+async def test_apply_prints_the_diff_and_dry_run_writes_nothing(
+    etcd: EtcdServer, tmp_path: Path
+) -> None:
+    directory = demo_directory(tmp_path / "config")
+    where = ["--etcd", etcd.url, "--prefix", "/demo"]
+    code, out, _ = await xdscore("apply", str(directory), *where, "--dry-run")
+    assert code == 0
+    assert out.splitlines() == [
+        "+ cds backend_a",
+        "+ cds backend_b",
+        "+ eds backend_a",
+        "+ eds backend_b",
+        "+ lds listener_0",
+        "+ rds route_0",
+        "dry run: 6 change(s): 6 added, 0 changed, 0 removed, 0 unchanged; "
+        "etcd is at revision 1; nothing written",
+    ]
+    assert await etcd.keys("/demo") == []
+
+    code, out, _ = await xdscore("apply", str(directory), *where)
+    assert code == 0
+    assert out.splitlines()[-1] == (
+        "applied 6 change(s): 6 added, 0 changed, 0 removed, 0 unchanged under /demo: revision 2"
+    )
+    keys = await etcd.keys("/demo")
+    assert "/demo/envoy.config.route.v3.RouteConfiguration/route_0" in keys
+    assert len(keys) == 7  # six resources and the apply marker
+
+    routes = directory / "routes.yaml"
+    routes.write_text(routes.read_text().replace("backend_a", "backend_b"))
+    code, out, _ = await xdscore("apply", str(directory), *where, "--dry-run")
+    assert out.splitlines() == [
+        "~ rds route_0",
+        "dry run: 1 change(s): 0 added, 1 changed, 0 removed, 5 unchanged; "
+        "etcd is at revision 2; nothing written",
+    ]
+
+    # A directory serve would refuse is refused as serve refuses it; etcd is untouched.
+    routes.write_text(routes.read_text().replace("backend_b", "no_such_cluster"))
+    code, out, err = await xdscore("apply", str(directory), *where)
+    assert code == 1
+    assert f"xdscore: cannot apply {directory}: 1 problem(s) in the config directory" in err
+    assert "XDS001" in err
+    assert "'no_such_cluster'" in err
+    assert out == ""
+    assert await etcd.revision() == 2
+
+
+async def _lines(stream: Any, into: list[str]) -> None:
+    buffered = b""
+    async for chunk in stream:
+        buffered += chunk
+        *complete, buffered = buffered.split(b"\n")
+        into.extend(line.decode(errors="replace") for line in complete)
+
+
+async def test_serve_etcd_is_ready_and_listens_only_once_a_revision_loaded(
+    etcd: EtcdServer, tmp_path: Path
+) -> None:
+    directory = demo_directory(tmp_path / "config")
+    xds, admin = free_port(), free_port()
+    command = [
+        sys.executable, "-m", "xdscore", "serve", "--etcd", etcd.url, "--prefix", "/demo",
+        "--listen", f"127.0.0.1:{xds}", "--admin", f"127.0.0.1:{admin}",
+    ]  # fmt: skip
+    out: list[str] = []
+    err: list[str] = []
+    async with await anyio.open_process(command) as process, anyio.create_task_group() as group:
+        group.start_soon(_lines, process.stdout, out)
+        group.start_soon(_lines, process.stderr, err)
+        try:
+            await wait_until(
+                lambda: any("waiting for a revision" in line for line in out),
+                timeout=30,
+                what="serve to start",
+            )
+            # Nothing under the prefix: alive, not ready, and no xDS listener.
+            assert (await http_get("127.0.0.1", admin, "/healthz"))[0] == 200
+            assert (await http_get("127.0.0.1", admin, "/readyz"))[0] == 503
+            with pytest.raises(OSError):
+                await anyio.connect_tcp("127.0.0.1", xds)
+
+            code, applied, _ = await xdscore("apply", str(directory), "--etcd", etcd.url,
+                                             "--prefix", "/demo")  # fmt: skip
+            assert code == 0
+            revision = int(applied.rsplit("revision ", 1)[1])
+
+            async def ready() -> bool:
+                return (await http_get("127.0.0.1", admin, "/readyz"))[0] == 200
+
+            await wait_until(ready, timeout=15, what="/readyz 200")
+            banner = f"xdscore: serving /demo at {etcd.url} on 127.0.0.1:{xds}: revision {revision}"
+            assert any(line.startswith(banner) for line in out), out
+            expected = load_directory(directory)
+            async with channel(f"127.0.0.1:{xds}") as connection:
+                call = connection.open(ADS)
+                await call.send(request(CLUSTER, node_id="etcd-test"))
+                response = await call.recv(timeout=10)
+                clusters = sorted(
+                    cluster_pb2.Cluster.FromString(packed.value).name
+                    for packed in response.resources
+                )
+                assert clusters == ["backend_a", "backend_b"]
+                assert response.version_info == expected.version(CLUSTER)
+                # A change applied to etcd reaches the stream.
+                await call.send(ack(response))
+                clusters_file = directory / "clusters.yaml"
+                clusters_file.write_text(clusters_file.read_text().replace("1s", "2s", 1))
+                code, _, _ = await xdscore("apply", str(directory), "--etcd", etcd.url,
+                                           "--prefix", "/demo")  # fmt: skip
+                assert code == 0
+                pushed = await call.recv(timeout=10)
+                assert pushed.version_info == load_directory(directory).version(CLUSTER)
+                assert pushed.version_info != response.version_info
+        finally:
+            process.terminate()
+            with anyio.move_on_after(10):
+                await process.wait()
+            group.cancel_scope.cancel()
+    assert process.returncode == 0, err
+    assert any("applied revision" in line for line in err), err

@@ -1,5 +1,6 @@
-"""The xdscore command line: serve a directory of Envoy resources over xDS, analyze it,
-ask a running control plane about its proxies, and compare one proxy with it."""
+"""The xdscore command line: serve a directory of Envoy resources (or what etcd holds) over
+xDS, write a directory to etcd, analyze it, ask a running control plane about its proxies,
+and compare one proxy with it."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Sequence
 
 import anyio
 
-from . import _analyze, _diff, _serve, _status
+from . import _analyze, _apply, _diff, _serve, _status
 from ._common import EXIT_USAGE, set_up_logging
 
 __all__ = ["main"]
@@ -33,6 +34,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True)
     _serve.add_parser(commands)
+    _apply.add_parser(commands)
     _analyze.add_parser(commands)
     _status.add_parsers(commands)
     _diff.add_parser(commands)
@@ -45,6 +47,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     set_up_logging(args.log_level, args.log_format, args.verbose_logger)
     if args.command == "serve":
         return anyio.run(_serve.run, args)
+    if args.command == "apply":
+        return anyio.run(_apply.run, args)
     if args.command == "analyze":
         return _analyze.run(args)
     if args.command in _status.COMMANDS:

@@ -21,6 +21,7 @@ from ..config import (
     load_directory_async,
     watch_directory,
 )
+from ..etcd import DEFAULT_PREFIX
 from ..server import Authorizer, SpiffeNodePolicy, XdsServer
 from ..transport import AdminApp, CertificateFiles, GrpclibTransport, serve_admin
 from ._common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, address
@@ -38,9 +39,23 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Serve every resource in DIR to every client (ADS and the per-type "
         "services, State-of-the-World and Delta, and CSDS), reloading when files change or "
         "on SIGHUP. An invalid or inconsistent change is refused and the last good snapshot "
-        "keeps being served.",
+        "keeps being served. With --etcd URL instead of DIR, serve what etcd holds under "
+        "--prefix, following each revision (see docs/etcd.md).",
     )
-    serve.add_argument("directory", type=Path, metavar="DIR")
+    serve.add_argument(
+        "directory", type=Path, metavar="DIR", nargs="?", default=None, help="or --etcd URL"
+    )
+    serve.add_argument(
+        "--etcd",
+        metavar="URL",
+        help="serve the resources etcd holds under --prefix (http://HOST:PORT) instead of a "
+        "directory; ready (and listening for xDS) once a revision has loaded",
+    )
+    serve.add_argument(
+        "--prefix",
+        default=DEFAULT_PREFIX,
+        help=f"with --etcd, the key prefix the resources live under (default {DEFAULT_PREFIX})",
+    )
     serve.add_argument(
         "--listen",
         type=address,
@@ -141,6 +156,13 @@ def _positive(kind: type[int] | type[float]) -> Callable[[str], float]:
 
 async def run(args: argparse.Namespace) -> int:
     """Run ``serve`` until SIGINT or SIGTERM; the exit status."""
+    if (args.directory is None) == (args.etcd is None):
+        print("xdscore: serve needs exactly one of DIR or --etcd URL", file=sys.stderr)
+        return EXIT_USAGE
+    if args.etcd is not None:
+        from ._serve_etcd import run_etcd
+
+        return await run_etcd(args)
     directory: Path = args.directory
     limits = {"max_file_bytes": args.max_file_bytes, "max_config_bytes": args.max_config_bytes}
     try:
