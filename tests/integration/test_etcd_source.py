@@ -104,6 +104,7 @@ async def test_an_apply_reaches_a_snapshot_cache_as_one_revision(etcd: EtcdServe
         with anyio.fail_after(10):
             outcome = await source.wait_for(result.revision)
         assert outcome == Outcome(result.revision, True, 6)
+        assert await source.caught_up(5)  # the server's catch-up wait: nothing newer
         assert source.loaded
         assert source.revision == result.revision
         snapshot = cache.snapshot(None)
@@ -230,6 +231,7 @@ async def test_etcd_killed_and_restarted_the_source_keeps_serving_and_catches_up
         )
         assert cache.snapshot(None) is served
         assert source.revision == first.revision
+        assert not await source.caught_up(1)  # etcd cannot be asked
         await etcd.start()  # same ports, same data directory
         restarted = time.monotonic()
         async with writer(etcd.url) as client:
@@ -446,6 +448,9 @@ async def test_serve_etcd_is_ready_and_listens_only_once_a_revision_loaded(
             await wait_until(ready, timeout=15, what="/readyz 200")
             banner = f"xdscore: serving /demo at {etcd.url} on 127.0.0.1:{xds}: revision {revision}"
             assert any(line.startswith(banner) for line in out), out
+            metrics = (await http_get("127.0.0.1", admin, "/metrics"))[2]
+            assert f"xdscore_etcd_revision {float(revision)}" in metrics
+            assert 'xdscore_etcd_revisions_total{outcome="applied"} 1.0' in metrics
             expected = load_directory(directory)
             async with channel(f"127.0.0.1:{xds}") as connection:
                 call = connection.open(ADS)

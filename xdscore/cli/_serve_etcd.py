@@ -45,17 +45,20 @@ async def run_etcd(args: argparse.Namespace) -> int:
         print(f"xdscore: cannot serve from etcd: {exc}", file=sys.stderr)
         return EXIT_FAILED
     cache = SnapshotCache(group=same_for_all)
+    source = EtcdSource(client, cache, prefix=args.prefix)
     server = XdsServer(
         cache,
         control_plane_id=args.control_plane_id,
         authorize=authorize,
+        # The flags that serve's other options add, when present.
         rebalancing=Rebalancing(
             max_stream_age=getattr(args, "max_stream_age", 0.0),
             close_fraction=getattr(args, "max_stream_close_fraction", 0.01),
         ),
+        catch_up=source,
     )
-    registry = server.metrics.registry if server.metrics is not None else None
-    source = EtcdSource(client, cache, prefix=args.prefix, registry=registry)
+    if server.metrics is not None:
+        source.record_metrics(server.metrics.registry)
     try:
         return await _serve(args, server, source, certificates)
     finally:

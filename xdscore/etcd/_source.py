@@ -176,8 +176,15 @@ class EtcdSource:
         """Range reads of the whole prefix so far (the first included)."""
         self._kvs: dict[bytes, bytes] = {}
         self._changed = anyio.Event()
+        self._progress = anyio.Event()
         self._delay = min_backoff
         self._metrics = _Metrics(registry) if registry is not None else None
+
+    def record_metrics(self, registry: CollectorRegistry) -> None:
+        """Record the ``xdscore_etcd_*`` metrics in ``registry`` from now on."""
+        self._metrics = _Metrics(registry)
+        self._metrics.revision.set(self.revision)
+        self._metrics.connected.set(1 if self.connected else 0)
 
     @property
     def loaded(self) -> bool:
@@ -201,6 +208,29 @@ class EtcdSource:
         while self.last is None or self.last.revision < revision:
             await self._changed.wait()
         return self.last
+
+    async def caught_up(self, timeout: float) -> bool:
+        """Wait, at most ``timeout`` seconds, until the source has judged every revision that
+        wrote under the prefix before this call (the :class:`~xdscore.server.CatchUp`
+        protocol: give the source to ``XdsServer(catch_up=...)``). False when etcd could not
+        be asked in time or the watch did not get there.
+
+        The newest revision is the highest ``mod_revision`` under the prefix (one keys-only
+        range read; every apply writes the marker, so an apply that only deletes counts).
+        """
+        with anyio.move_on_after(timeout):
+            try:
+                found = await self.client.get_prefix(range_start(self.prefix), keys_only=True)
+            except client_errors() as exc:
+                log.warning(
+                    "etcd under %s: cannot ask for its revision: %s", self.prefix, describe(exc)
+                )
+                return False
+            target = max((int(kv.mod_revision) for kv in found.kvs), default=0)
+            while self.seen_revision < target:
+                await self._progress.wait()
+            return True
+        return False
 
     # -- following etcd --------------------------------------------------------------
 
@@ -260,7 +290,7 @@ class EtcdSource:
             "read %d key(s) under %s at revision %d (%s)", len(kvs), self.prefix, revision, reason
         )
         self._kvs = kvs
-        self.seen_revision = revision
+        self._saw(revision)
         if not kvs and not self.loaded:
             log.info(
                 "nothing under %s at revision %d yet; waiting for a revision", self.prefix, revision
@@ -324,9 +354,14 @@ class EtcdSource:
             else:
                 self._kvs[key] = bytes(event.kv.value)
             relevant = relevant or not self._reserved(key)
-        self.seen_revision = revision
+        self._saw(revision)
         if relevant:
             await self._judge(revision)
+
+    def _saw(self, revision: int) -> None:
+        self.seen_revision = revision
+        progress, self._progress = self._progress, anyio.Event()
+        progress.set()
 
     def _reserved(self, key: bytes) -> bool:
         try:
