@@ -33,6 +33,7 @@ MODULES = (
     "xdscore.server",
     "xdscore.transport",
     "xdscore.config",
+    "xdscore.etcd",
     "xdscore.analysis",
     "xdscore.builders",
     "xdscore.testing",
