@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from xdscore import CLUSTER, ENDPOINT, ROUTE, make_resource
@@ -105,3 +108,18 @@ def test_urls() -> None:
         parse_url("https://etcd:2379")
     with pytest.raises(ValueError, match="expected an etcd URL"):
         parse_url("ftp://etcd:1")
+
+
+def test_without_aetcd_the_package_imports_and_the_error_names_the_extra() -> None:
+    probe = (
+        "import sys; sys.modules['aetcd'] = None\n"  # as if aetcd were not installed
+        "import xdscore.etcd as e\n"
+        "try:\n"
+        "    e.connect('http://127.0.0.1:2379')\n"
+        "except e.EtcdError as exc:\n"
+        "    print(exc)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], check=True, capture_output=True, text=True
+    ).stdout
+    assert "pip install 'xdscore[etcd]'" in out
