@@ -495,6 +495,52 @@ class HealthyClient:
         return await self.reached(self.plane.publish(), timeout)
 
 
+@attrs.define
+class ReconnectingClient:
+    """An ADS client that watches clusters, ACKs everything and, when the server ends its
+    stream, reconnects at once on the same connection (as Envoy does after a clean end)."""
+
+    connection: Connection
+    node_id: str
+    generation: int = -1
+    """The generation of the marker cluster it holds (-1: none, or no marker)."""
+    version: str = ""
+    """The version of the last response."""
+    ends: list[tuple[float, Failure]] = attrs.field(factory=list)
+    changed: asyncio.Event = attrs.field(factory=asyncio.Event)
+
+    async def run(self) -> None:
+        while True:
+            call = self.connection.open(ADS)
+            await call.send(request(CLUSTER, node_id=self.node_id))
+            while True:
+                item = await call.next(timeout=3600)
+                if isinstance(item, Failure):
+                    self.ends.append((time.monotonic(), item))
+                    break
+                response = discovery_pb2.DiscoveryResponse.FromString(item)
+                self.version = response.version_info
+                with contextlib.suppress(AssertionError):
+                    self.generation = generation_of(response)
+                self.changed.set()
+                await call.send(ack(response))
+
+    async def reached(self, generation: int, timeout: float) -> None:
+        with anyio.fail_after(timeout):
+            while self.generation < generation:
+                self.changed.clear()
+                await self.changed.wait()
+
+
+async def stop_clients(tasks: list[asyncio.Task[None]], connections: list[Connection]) -> None:
+    """Cancel the client tasks, then close their connections (and wait for them)."""
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    for connection in connections:
+        await connection.close()
+
+
 @asynccontextmanager
 async def healthy_client(
     plane: Plane, node_id: str = "healthy", *, connection: Connection | None = None

@@ -7,11 +7,8 @@ from __future__ import annotations
 import asyncio
 import time
 
-import anyio
-import attrs
 import grpc
 import pytest
-from envoy.service.discovery.v3 import discovery_pb2
 
 from xdscore import (
     CLUSTER,
@@ -22,13 +19,12 @@ from xdscore.server import REBALANCE_MESSAGE, Rebalancing
 from ._clients import (
     ADS,
     Connection,
-    Failure,
+    ReconnectingClient,
     Recorder,
-    ack,
     control_plane,
     eventually,
-    generation_of,
     request,
+    stop_clients,
 )
 
 pytestmark = pytest.mark.anyio
@@ -37,38 +33,6 @@ STREAMS = 40
 AGE = 1.0
 FRACTION = 0.25
 """With 40 streams: at most 10 ended a second."""
-
-
-@attrs.define
-class Reconnecting:
-    """An ADS client that watches clusters, ACKs everything and, when the server ends its
-    stream, reconnects at once on the same connection (as Envoy does after a clean end)."""
-
-    connection: Connection
-    node_id: str
-    generation: int = -1
-    ends: list[tuple[float, Failure]] = attrs.field(factory=list)
-    changed: asyncio.Event = attrs.field(factory=asyncio.Event)
-
-    async def run(self) -> None:
-        while True:
-            call = self.connection.open(ADS)
-            await call.send(request(CLUSTER, node_id=self.node_id))
-            while True:
-                item = await call.next(timeout=3600)
-                if isinstance(item, Failure):
-                    self.ends.append((time.monotonic(), item))
-                    break
-                response = discovery_pb2.DiscoveryResponse.FromString(item)
-                self.generation = generation_of(response)
-                self.changed.set()
-                await call.send(ack(response))
-
-    async def reached(self, generation: int, timeout: float) -> None:
-        with anyio.fail_after(timeout):
-            while self.generation < generation:
-                self.changed.clear()
-                await self.changed.wait()
 
 
 class TimedRecorder(Recorder):
@@ -81,14 +45,6 @@ class TimedRecorder(Recorder):
     def on_stream_close(self, stream: StreamInfo, error: BaseException | None) -> None:
         super().on_stream_close(stream, error)
         self.closed_at.append(time.monotonic())
-
-
-async def stop(tasks: list[asyncio.Task[None]], connections: list[Connection]) -> None:
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
-    for connection in connections:
-        await connection.close()
 
 
 def busiest_second(times: list[float]) -> int:
@@ -107,7 +63,7 @@ async def test_every_stream_is_recycled_within_its_age_and_the_rate() -> None:
     policy = Rebalancing(max_stream_age=AGE, close_fraction=FRACTION, answer_grace=2.0)
     async with control_plane(rebalancing=policy, recorder=TimedRecorder()) as plane:
         connections = [Connection(plane.target) for _ in range(STREAMS)]
-        clients = [Reconnecting(c, f"proxy-{i}") for i, c in enumerate(connections)]
+        clients = [ReconnectingClient(c, f"proxy-{i}") for i, c in enumerate(connections)]
         tasks = [asyncio.create_task(client.run()) for client in clients]
         try:
             started = time.monotonic()
@@ -135,7 +91,7 @@ async def test_every_stream_is_recycled_within_its_age_and_the_rate() -> None:
             assert isinstance(plane.recorder, TimedRecorder)
             ended = list(plane.recorder.closed_at)  # before the shutdown below ends the rest
         finally:
-            await stop(tasks, connections)
+            await stop_clients(tasks, connections)
     # At most max(1, 25 % of 40) = 10 ends a second, as the server ended them.
     busiest = busiest_second(ended)
     assert busiest <= FRACTION * STREAMS, f"{busiest} streams ended within one second"

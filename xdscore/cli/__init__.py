@@ -5,6 +5,7 @@ and compare one proxy with it."""
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 
 import anyio
@@ -44,6 +45,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script and of ``python -m xdscore``."""
     args = _parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # for serve --workers
     set_up_logging(args.log_level, args.log_format, args.verbose_logger)
     if args.command == "serve":
         return anyio.run(_serve.run, args)

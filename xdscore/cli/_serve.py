@@ -22,8 +22,9 @@ from ..config import (
     watch_directory,
 )
 from ..etcd import DEFAULT_PREFIX
-from ..server import Authorizer, SpiffeNodePolicy, XdsServer
+from ..server import Authorizer, Rebalancing, SpiffeNodePolicy, XdsServer
 from ..transport import AdminApp, CertificateFiles, GrpclibTransport, serve_admin
+from . import _workers
 from ._common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, address
 
 __all__ = ["add_parser", "run"]
@@ -111,6 +112,23 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     serve.add_argument(
         "--control-plane-id", default="xdscore", help="sent as control_plane.identifier"
     )
+    serve.add_argument(
+        "--max-stream-age",
+        type=_duration,
+        default=0.0,
+        metavar="DURATION",
+        help="end each stream (cleanly, status OK) after about this long, jittered by 10%%, "
+        "so that proxies spread over replicas: 30m, 90s, 1h (default: never)",
+    )
+    serve.add_argument(
+        "--max-stream-close-fraction",
+        type=_positive(float),
+        default=0.01,
+        metavar="FRACTION",
+        help="with --max-stream-age, end at most this fraction of the open streams a "
+        "second, and at least one (default 0.01)",
+    )
+    _workers.add_arguments(serve)
     tls = serve.add_argument_group(
         "TLS and identity",
         "Without --tls-cert the server listens in plaintext and any client that can connect "
@@ -141,6 +159,25 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
 
 
+def _duration(text: str) -> float:
+    """``90s``, ``30m``, ``1h``, ``500ms`` or plain seconds, as seconds."""
+    units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+    number, unit = text, "s"
+    for suffix in sorted(units, key=len, reverse=True):
+        if text.endswith(suffix):
+            number, unit = text[: -len(suffix)], suffix
+            break
+    try:
+        value = float(number) * units[unit]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a duration such as 90s, 30m or 1h, got {text!r}"
+        ) from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a duration of 0 or more, got {text!r}")
+    return value
+
+
 def _positive(kind: type[int] | type[float]) -> Callable[[str], float]:
     def parse(text: str) -> float:
         try:
@@ -156,6 +193,8 @@ def _positive(kind: type[int] | type[float]) -> Callable[[str], float]:
 
 async def run(args: argparse.Namespace) -> int:
     """Run ``serve`` until SIGINT or SIGTERM; the exit status."""
+    if _workers.supervises(args):
+        return await _workers.supervise(args)
     if (args.directory is None) == (args.etcd is None):
         print("xdscore: serve needs exactly one of DIR or --etcd URL", file=sys.stderr)
         return EXIT_USAGE
@@ -180,7 +219,14 @@ async def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     cache = SnapshotCache(group=same_for_all)
     cache.set_snapshot(None, snapshot)
-    server = XdsServer(cache, control_plane_id=args.control_plane_id, authorize=authorize)
+    server = XdsServer(
+        cache,
+        control_plane_id=args.control_plane_id,
+        authorize=authorize,
+        rebalancing=Rebalancing(
+            max_stream_age=args.max_stream_age, close_fraction=args.max_stream_close_fraction
+        ),
+    )
     host, port = args.listen
     hangups, requests = anyio.create_memory_object_stream[str](8)
     async with (
@@ -191,7 +237,9 @@ async def run(args: argparse.Namespace) -> int:
     ):
         context = certificates.context if certificates is not None else None
         try:
-            bound = await transport.start(host, port, ssl_context=context)
+            bound = await transport.start(
+                host, port, ssl_context=context, reuse_port=_workers.is_worker(args)
+            )
         except OSError as exc:
             print(f"xdscore: cannot listen on {host}:{port}: {exc.strerror}", file=sys.stderr)
             return EXIT_FAILED
@@ -206,6 +254,8 @@ async def run(args: argparse.Namespace) -> int:
         stop = anyio.Event()
         if certificates is not None:
             group.start_soon(lambda: certificates.watch(stop=stop))
+        if _workers.is_worker(args):
+            group.start_soon(_workers.watch_parent)
         if args.admin is not None:
             await group.start(_admin, server, args.admin)
         group.start_soon(

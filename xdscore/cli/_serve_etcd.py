@@ -21,6 +21,7 @@ from ..cache import SnapshotCache, same_for_all
 from ..etcd import EtcdError, EtcdSource, connect
 from ..server import Rebalancing, XdsServer
 from ..transport import CertificateFiles, GrpclibTransport
+from . import _workers
 from ._common import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from ._serve import _admin, _security
 
@@ -77,6 +78,8 @@ async def _serve(
     async with GrpclibTransport(server) as transport, anyio.create_task_group() as group:
         stop = anyio.Event()
         group.start_soon(_until_signalled, group.cancel_scope, stop)
+        if _workers.is_worker(args):
+            group.start_soon(_workers.watch_parent)
         if args.admin is not None:
             await group.start(_admin, server, args.admin)
         group.start_soon(source.run)
@@ -86,7 +89,9 @@ async def _serve(
         outcome = await source.wait_loaded()
         context = certificates.context if certificates is not None else None
         try:
-            bound = await transport.start(host, port, ssl_context=context)
+            bound = await transport.start(
+                host, port, ssl_context=context, reuse_port=_workers.is_worker(args)
+            )
         except OSError as exc:
             print(f"xdscore: cannot listen on {host}:{port}: {exc.strerror}", file=sys.stderr)
             group.cancel_scope.cancel()
