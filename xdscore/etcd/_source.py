@@ -110,6 +110,14 @@ class _Metrics:
             self.relists.labels(reason)
 
 
+@attrs.define
+class _Answer:
+    """One read of the newest revision, shared by every caller that waits for it."""
+
+    done: anyio.Event = attrs.field(factory=anyio.Event)
+    value: int | None = None
+
+
 class _Relist(Exception):
     """The watch cannot go on from the revision seen: read the prefix again."""
 
@@ -179,6 +187,7 @@ class EtcdSource:
         self._progress = anyio.Event()
         self._delay = min_backoff
         self._metrics = _Metrics(registry) if registry is not None else None
+        self._asking: _Answer | None = None
 
     def record_metrics(self, registry: CollectorRegistry) -> None:
         """Record the ``xdscore_etcd_*`` metrics in ``registry`` from now on."""
@@ -215,22 +224,53 @@ class EtcdSource:
         protocol: give the source to ``XdsServer(catch_up=...)``). False when etcd could not
         be asked in time or the watch did not get there.
 
-        The newest revision is the highest ``mod_revision`` under the prefix (one keys-only
-        range read; every apply writes the marker, so an apply that only deletes counts).
+        The newest revision is the highest ``mod_revision`` under the prefix (every apply
+        writes the marker, so an apply that only deletes counts), read as one key: etcd
+        sorts, the reply holds a single key whatever the prefix holds. Callers that arrive
+        while a read is on its way share it (a fleet reconnecting at once costs one read).
         """
         with anyio.move_on_after(timeout):
-            try:
-                found = await self.client.get_prefix(range_start(self.prefix), keys_only=True)
-            except client_errors() as exc:
-                log.warning(
-                    "etcd under %s: cannot ask for its revision: %s", self.prefix, describe(exc)
-                )
+            target = await self._newest_revision()
+            if target is None:
                 return False
-            target = max((int(kv.mod_revision) for kv in found.kvs), default=0)
             while self.seen_revision < target:
                 await self._progress.wait()
             return True
         return False
+
+    async def _newest_revision(self) -> int | None:
+        """The highest ``mod_revision`` under the prefix now; ``None`` if etcd cannot say."""
+        pending = self._asking
+        if pending is None:
+            pending = self._asking = _Answer()
+            try:
+                pending.value = await self._ask_newest()
+            finally:
+                self._asking = None
+                pending.done.set()
+        else:
+            await pending.done.wait()
+        return pending.value
+
+    async def _ask_newest(self) -> int | None:
+        rpc = aetcd().rpc
+        request = rpc.RangeRequest(
+            key=range_start(self.prefix),
+            range_end=range_end(self.prefix),
+            limit=1,
+            sort_order=rpc.RangeRequest.DESCEND,
+            sort_target=rpc.RangeRequest.MOD,
+            keys_only=True,
+        )
+        try:
+            await self.client.connect()
+            found = await self.client.kvstub.Range(request, metadata=self.client.metadata)
+        except client_errors() as exc:
+            log.warning(
+                "etcd under %s: cannot ask for its revision: %s", self.prefix, describe(exc)
+            )
+            return None
+        return max((int(kv.mod_revision) for kv in found.kvs), default=0)
 
     # -- following etcd --------------------------------------------------------------
 
