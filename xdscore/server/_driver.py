@@ -71,6 +71,7 @@ __all__ = [
     "call_back",
     "checked",
     "describe",
+    "forget_frames",
 ]
 
 log = logging.getLogger("xdscore.server")
@@ -137,7 +138,13 @@ async def _run_pair(
     failure: Exception | None = None
 
     async def run(loop: Callable[[], Awaitable[None]], group: anyio.abc.TaskGroup) -> None:
-        await loop()
+        try:
+            await loop()
+        except anyio.get_cancelled_exc_class() as cancelled:
+            # anyio keeps a cancelled child's exception in a reference cycle, and its
+            # traceback holds this stream's frames: the driver and all it refers to.
+            forget_frames(cancelled)
+            raise
         if loop is writer:
             group.cancel_scope.cancel()
 
@@ -152,7 +159,34 @@ async def _run_pair(
     except* Exception as errors:
         failure = errors.exceptions[0]
     if failure is not None:
-        raise failure
+        try:
+            raise failure
+        finally:
+            # Not a local of this frame, which its traceback holds: that would be a cycle.
+            del failure
+
+
+def forget_frames(error: BaseException) -> None:
+    """Clear the traceback of ``error`` and of every exception it was raised from or while
+    handling (an exception group's members too).
+
+    For an exception that ends a stream, or cancels one of its tasks, once nothing needs
+    its traceback: grpclib and anyio keep such an exception in a reference cycle, and its
+    traceback holds the stream's frames, so the stream's whole state (the driver, the state
+    machine, the last response it held) would wait for a full collection, which a busy
+    server runs rarely.
+    """
+    pending = [error]
+    seen: set[int] = set()
+    while pending:
+        each = pending.pop()
+        if id(each) in seen:
+            continue
+        seen.add(id(each))
+        each.__traceback__ = None
+        pending += [linked for linked in (each.__cause__, each.__context__) if linked is not None]
+        if isinstance(each, BaseExceptionGroup):
+            pending += each.exceptions
 
 
 @attrs.frozen

@@ -229,6 +229,9 @@ class XdsServer:
                 self.callbacks.on_stream_close(info, error)
             except Exception:
                 log.exception("callback on_stream_close failed while the stream was closing")
+            # The error's traceback holds this frame: keeping it here would be a cycle that
+            # keeps the stream's whole state until a full collection.
+            error = None
 
     @property
     def syncing(self) -> int:
