@@ -11,7 +11,10 @@ ones cost.
 ``soak``: N clients; P pushes that change one endpoint set each; every ``--churn-every``
 pushes, ``--churn`` clients close their streams and reconnect. The server's RSS is read
 after every push; the report gives the slope (KB per push, least squares over the second
-half of the run, after warm-up).
+half of the run, after warm-up, and over the last quarter, to tell growth that levels off
+from growth that does not), and the JSON file every reading. ``--progress N`` says the RSS
+every N pushes. To see what grows, give the server ``--diag DIR`` (see
+``xds_server.py``).
 
 The steady-state figure (RSS after 20 pushes of R = 10,000 against after the first) comes
 from ``loadgen.py --clients 10 --clusters 10000 --pushes 20``, whose pushes report
@@ -132,7 +135,10 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                     tasks[client.index] = asyncio.create_task(fleet.run_client(client))
             await _push(fleet, server, args)
             rss.append(server.rss_mb())
+            if args.progress and (push + 1) % args.progress == 0:
+                print(f"push {push + 1}: server RSS {rss[-1]:.1f} MB", file=sys.stderr, flush=True)
         half = rss[len(rss) // 2 :]
+        quarter = rss[3 * len(rss) // 4 :]
         return {
             "mode": "soak",
             "clients": args.clients,
@@ -142,7 +148,9 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
             "server_rss_first_mb": round(rss[0], 1),
             "server_rss_last_mb": round(rss[-1], 1),
             "rss_slope_kb_per_push": round(_slope(half) * 1024, 3),
+            "rss_slope_last_quarter_kb_per_push": round(_slope(quarter) * 1024, 3),
             "server_peak_rss_mb": round(server.peak_rss_mb(), 1),
+            "server_rss_mb": [round(value, 3) for value in rss],
         }
     finally:
         for task in tasks.values():
@@ -165,13 +173,15 @@ def main() -> None:
     parser.add_argument("--churn", type=int, default=10)
     parser.add_argument("--churn-every", type=int, default=100)
     parser.add_argument("--timeout", type=float, default=120.0)
+    parser.add_argument("--progress", type=int, default=0, help="soak: say the RSS every N pushes")
     parser.add_argument("--json", help="write the report here too")
     args = parser.parse_args()
     report = asyncio.run(stalled(args) if args.mode == "stalled" else soak(args))
     text = json.dumps(report, indent=2)
     if args.json:
         Path(args.json).write_text(text + "\n")
-    print(text)
+    # The RSS series goes to the JSON file only.
+    print(json.dumps({k: v for k, v in report.items() if k != "server_rss_mb"}, indent=2))
 
 
 if __name__ == "__main__":

@@ -14,13 +14,22 @@ Workload: clusters ``c_00000``... (EDS over ADS, round robin, 1 s connect timeou
 ClusterLoadAssignment per cluster with E endpoints on 127.x.y.z, one locality, weight 1,
 port 8000 + version % 1000 (so a push changes every endpoint set and nothing else);
 ``listener_0`` (HTTP connection manager, RDS ``route_0``, router); ``route_0`` → ``c_00000``.
+
+``--diag DIR`` (for finding what grows in a soak; slow): every ``--diag-every`` pushes, a
+JSON report of what the process holds (see :class:`Diagnostics`).
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import gc
+import json
 import sys
 import time
+import tracemalloc
+from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.to_thread
@@ -82,8 +91,108 @@ class Workload:
         self.clusters, self.endpoints = clusters, endpoints_per_cluster
 
 
+class Diagnostics:
+    """``--diag DIR``: every ``every`` pushes, what the server process holds, as JSON.
+
+    Each report has the RSS; what a full collection found in reference cycles (by type,
+    and the bytes and strings those hold), which is what waits for the collector; the count
+    of live objects by type and the containers that grew since the last report; and, when
+    tracemalloc traces (``PYTHONTRACEMALLOC=N``), the allocation sites that grew most since
+    the first report. For finding what grows in a soak. Each report runs full collections,
+    so a server under ``--diag`` does not show the growth that waits for the collector
+    (compare runs without it); tracemalloc slows it down several times.
+    """
+
+    def __init__(self, directory: str, every: int) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.every = every
+        self._first: tracemalloc.Snapshot | None = None
+        self._types: collections.Counter[str] | None = None
+        self._sizes: dict[int, tuple[str, int]] = {}
+
+    def after(self, version: int, server: XdsServer) -> None:
+        if version % self.every:
+            return
+        # What a full collection frees now: garbage in reference cycles that waits for it.
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        gc.collect()
+        gc.set_debug(0)
+        cycles = collections.Counter(type(o).__qualname__ for o in gc.garbage)
+        held = {id(o): o for o in gc.get_referents(*gc.garbage) if isinstance(o, bytes | str)}
+        cyclic_bytes = sum(sys.getsizeof(o) for o in held.values())
+        del held
+        gc.garbage.clear()
+        gc.collect()
+        objects = gc.get_objects()
+        types = collections.Counter(type(o).__qualname__ for o in objects)
+        # A container that grows does not add to the counts: its length does.
+        sizes = {
+            id(o): (type(o).__qualname__, len(o))
+            for o in objects
+            if isinstance(o, (dict, list, set, collections.deque)) and len(o) >= 50
+        }
+        grew = sorted(
+            (
+                (size - self._sizes[key][1], name, size)
+                for key, (name, size) in sizes.items()
+                if key in self._sizes and size > self._sizes[key][1]
+            ),
+            reverse=True,
+        )
+        self._sizes = sizes
+        del objects
+        report: dict[str, Any] = {
+            "version": version,
+            "rss_kb": _rss_kb(),
+            "streams": len(list(server.streams())),
+            "objects": sum(types.values()),
+            "cyclic_garbage": dict(cycles.most_common(25)),
+            "cyclic_garbage_objects": sum(cycles.values()),
+            "cyclic_garbage_bytes_held": cyclic_bytes,
+            "types": dict(types.most_common(40)),
+            "containers_grown": [f"{name}: +{more} to {size}" for more, name, size in grew[:20]],
+        }
+        if self._types is not None:
+            growth = types - self._types
+            report["types_grown"] = dict(growth.most_common(30))
+        else:
+            self._types = types
+        if tracemalloc.is_tracing():
+            snapshot = tracemalloc.take_snapshot().filter_traces(
+                [tracemalloc.Filter(False, tracemalloc.__file__)]
+            )
+            report["traced_kb"] = tracemalloc.get_traced_memory()[0] // 1024
+            if self._first is None:
+                self._first = snapshot
+            else:
+                report["grown"] = [
+                    {
+                        "kb": round(stat.size_diff / 1024, 1),
+                        "count": stat.count_diff,
+                        "where": stat.traceback.format()[-12:],
+                    }
+                    for stat in snapshot.compare_to(self._first, "traceback")[:25]
+                ]
+        path = self.directory / f"diag-{version:06d}.json"
+        path.write_text(json.dumps(report, indent=1) + "\n")
+
+
+def _rss_kb() -> int:
+    with open("/proc/self/status") as handle:
+        for line in handle:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
 async def serve(
-    host: str, port: int, clusters: int, endpoints_per_cluster: int, metrics: bool
+    host: str,
+    port: int,
+    clusters: int,
+    endpoints_per_cluster: int,
+    metrics: bool,
+    diag: Diagnostics | None = None,
 ) -> None:
     workload = Workload(clusters, endpoints_per_cluster)
     workload.push(clusters, endpoints_per_cluster, None)
@@ -105,6 +214,8 @@ async def serve(
                 e = numbers[1] if len(numbers) > 1 else workload.endpoints
                 k = numbers[2] if len(numbers) > 2 else None
                 workload.push(r, e, k)
+                if diag is not None:
+                    diag.after(workload.version, server)
                 print(
                     f"SNAPSHOT_SET version={workload.version} clusters={r} endpoints={e} "
                     f"mono={time.monotonic():.6f}",
@@ -120,9 +231,16 @@ def main() -> None:
     parser.add_argument(
         "--no-metrics", action="store_true", help="record no Prometheus metrics (cost check)"
     )
+    parser.add_argument(
+        "--diag",
+        metavar="DIR",
+        help="write what the process holds into DIR (slow; see Diagnostics)",
+    )
+    parser.add_argument("--diag-every", type=int, default=100, help="pushes between --diag reports")
     args = parser.parse_args()
     host, _, port = args.addr.rpartition(":")
-    anyio.run(serve, host, int(port), args.clusters, args.endpoints, not args.no_metrics)
+    diag = Diagnostics(args.diag, args.diag_every) if args.diag else None
+    anyio.run(serve, host, int(port), args.clusters, args.endpoints, not args.no_metrics, diag)
 
 
 if __name__ == "__main__":
