@@ -9,6 +9,7 @@ from ..protocol._view import ResourceView, Selection
 from ._interface import Cache, Cancel, Notify
 from ._linear import LinearCache
 from ._mux import MuxCache
+from ._scoped import NodeSelector, Scope, ScopedCache, ScopedView, first_match
 from ._snapshot import Inconsistency, Snapshot, SnapshotError
 from ._snapshot_cache import NodeGroup, SnapshotCache, by_node_id, same_for_all
 
@@ -21,13 +22,18 @@ __all__ = [
     "LinearCache",
     "MuxCache",
     "NodeGroup",
+    "NodeSelector",
     "Notify",
     "ResourceView",
+    "Scope",
+    "ScopedCache",
+    "ScopedView",
     "Selection",
     "Snapshot",
     "SnapshotCache",
     "SnapshotError",
     "Subscription",
     "by_node_id",
+    "first_match",
     "same_for_all",
 ]

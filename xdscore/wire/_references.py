@@ -19,7 +19,7 @@ through xDS:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 import attrs
@@ -36,7 +36,14 @@ from google.protobuf.message import DecodeError, Message
 
 from ._typeurls import CLUSTER, ENDPOINT, EXTENSION_CONFIG, LISTENER, ROUTE, SCOPED_ROUTE, SECRET
 
-__all__ = ["Reference", "has_references", "references", "unresolvable"]
+__all__ = [
+    "Reference",
+    "has_references",
+    "references",
+    "route_virtual_hosts",
+    "trim_route_configuration",
+    "unresolvable",
+]
 
 _M = TypeVar("_M", bound=Message)
 _EDS = cluster_pb2.Cluster.DiscoveryType.Value("EDS")
@@ -230,3 +237,37 @@ _EXTRACTORS = {
     SCOPED_ROUTE: _scoped_route,
     CLUSTER: _cluster,
 }
+
+
+def route_virtual_hosts(body: bytes) -> tuple[frozenset[str], ...] | None:
+    """The clusters each virtual host of a route configuration refers to, in order; ``None``
+    when ``body`` does not decode."""
+    try:
+        config = route_pb2.RouteConfiguration.FromString(body)
+    except DecodeError:
+        return None
+    return tuple(_host_clusters(host) for host in config.virtual_hosts)
+
+
+def trim_route_configuration(body: bytes, keep: Callable[[frozenset[str]], bool]) -> bytes:
+    """``body`` without the virtual hosts for whose clusters ``keep`` is false, encoded
+    deterministically; ``body`` itself when every host is kept or it does not decode."""
+    try:
+        config = route_pb2.RouteConfiguration.FromString(body)
+    except DecodeError:
+        return body
+    kept = [host for host in config.virtual_hosts if keep(_host_clusters(host))]
+    if len(kept) == len(config.virtual_hosts):
+        return body
+    del config.virtual_hosts[:]
+    config.virtual_hosts.extend(kept)
+    encoded: bytes = config.SerializeToString(deterministic=True)
+    return encoded
+
+
+def _host_clusters(host: route_components_pb2.VirtualHost) -> frozenset[str]:
+    found: set[str] = set()
+    for route in host.routes:
+        if route.HasField("route"):
+            found.update(ref.name for ref in _route_action(route.route, ""))
+    return frozenset(found)
