@@ -45,6 +45,7 @@ runtime (``xds-protos``).
 from __future__ import annotations
 
 import enum
+import fnmatch
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -54,8 +55,11 @@ from envoy.config.route.v3 import route_pb2
 from google.protobuf import unknown_fields
 from google.protobuf.message import DecodeError, Message
 
+from .cache._scoped import GRAPH_TYPES, Scope, ScopedCache
 from .cache._snapshot import Snapshot
+from .cache._snapshot_cache import SnapshotCache, same_for_all
 from .wire._messages import message_class, resource_name
+from .wire._records import Node
 from .wire._references import unresolvable
 from .wire._resource import Resource
 from .wire._typeurls import (
@@ -81,6 +85,9 @@ __all__ = [
     "EMPTY_ENDPOINTS",
     "NAME_MISMATCH",
     "PER_REQUEST_CLUSTER",
+    "SCOPE_EMPTY",
+    "SCOPE_SHADOWED",
+    "SCOPE_UNMATCHED_EGRESS",
     "UNKNOWN_FIELDS",
     "UNREFERENCED",
     "WRONG_TYPE",
@@ -88,6 +95,7 @@ __all__ = [
     "Report",
     "Severity",
     "analyze",
+    "analyze_scopes",
 ]
 
 
@@ -118,6 +126,9 @@ EMPTY_ENDPOINTS = "XDS006"
 NAME_MISMATCH = "XDS007"
 DUPLICATE_DOMAIN = "XDS008"
 UNKNOWN_FIELDS = "XDS009"
+SCOPE_UNMATCHED_EGRESS = "XDS010"
+SCOPE_SHADOWED = "XDS011"
+SCOPE_EMPTY = "XDS012"
 
 CODES: Mapping[str, tuple[Severity, str]] = {
     DANGLING_REFERENCE: (Severity.ERROR, "dangling reference"),
@@ -129,6 +140,9 @@ CODES: Mapping[str, tuple[Severity, str]] = {
     NAME_MISMATCH: (Severity.ERROR, "name mismatch"),
     DUPLICATE_DOMAIN: (Severity.ERROR, "duplicate domain"),
     UNKNOWN_FIELDS: (Severity.WARNING, "unknown fields"),
+    SCOPE_UNMATCHED_EGRESS: (Severity.WARNING, "egress pattern matches no cluster"),
+    SCOPE_SHADOWED: (Severity.WARNING, "scope shadowed by an earlier one"),
+    SCOPE_EMPTY: (Severity.WARNING, "scope sees nothing"),
 }
 """Every code: its severity and a short title."""
 
@@ -514,3 +528,50 @@ class _Analysis:
                 resource,
                 where,
             )
+
+
+def analyze_scopes(
+    scopes: Iterable[Scope], resources: Snapshot, *, where: str | None = None
+) -> Report:
+    """Check scopes against the resources they select from: an egress glob that matches no
+    cluster (XDS010), a scope whose node selector an earlier scope's covers, so that it
+    selects no node (XDS011), and a scope that sees no resource at all (XDS012)."""
+    ordered = list(scopes)
+    clusters = list(resources.resources(CLUSTER) or {})
+    source = SnapshotCache(group=same_for_all)
+    source.set_snapshot(None, resources)
+    cache = ScopedCache(source, ordered)
+    found: list[Diagnostic] = []
+
+    def report(code: str, scope: Scope, message: str, field: str | None = None) -> None:
+        found.append(
+            Diagnostic(
+                code=code,
+                severity=CODES[code][0],
+                message=f"scope {scope.name!r}: {message}",
+                type_url="",
+                name=scope.name,
+                where=where,
+                field=field,
+            )
+        )
+
+    for index, scope in enumerate(ordered):
+        for glob in scope.egress:
+            if not any(fnmatch.fnmatchcase(name, glob) for name in clusters):
+                report(
+                    SCOPE_UNMATCHED_EGRESS, scope, f"egress {glob!r} matches no cluster", "egress"
+                )
+        for earlier in ordered[:index]:
+            if earlier.nodes.covers(scope.nodes):
+                report(
+                    SCOPE_SHADOWED,
+                    scope,
+                    f"every node it selects is selected first by scope {earlier.name!r}",
+                    "nodes",
+                )
+                break
+        view = cache.scope_view(scope.name, Node())
+        if view is not None and not any(view.resources(t) for t in GRAPH_TYPES):
+            report(SCOPE_EMPTY, scope, "its closure is empty: its proxies get no resource")
+    return Report(found)

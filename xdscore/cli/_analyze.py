@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from ..analysis import Severity, analyze
-from ..config import read_directory
+from ..config import ConfigError, read_directory, with_scopes
 from ._common import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
 __all__ = ["add_parser", "run"]
@@ -50,6 +50,11 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {problem}", file=sys.stderr)
         return EXIT_USAGE
     report = analyze(found, complete=True)
+    try:
+        report = with_scopes(report, directory, found)
+    except ConfigError as exc:
+        print(f"xdscore: cannot analyze {directory}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     shown = report.at_least(Severity(args.min_severity))
     if args.format == "json":
         document = {

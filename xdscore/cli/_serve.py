@@ -12,13 +12,15 @@ from pathlib import Path
 
 import anyio
 
-from ..cache import SnapshotCache, same_for_all
+from ..cache import ScopedCache, SnapshotCache, same_for_all
 from ..config import (
     DEFAULT_MAX_CONFIG_BYTES,
     DEFAULT_MAX_FILE_BYTES,
     DEFAULT_RELOAD_TIMEOUT,
     ConfigError,
     load_directory_async,
+    load_scopes,
+    reload_scopes,
     watch_directory,
 )
 from ..etcd import DEFAULT_PREFIX
@@ -219,8 +221,18 @@ async def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     cache = SnapshotCache(group=same_for_all)
     cache.set_snapshot(None, snapshot)
+    try:
+        # scopes.yaml: each proxy sees what its scope makes visible (docs/scopes.md).
+        scoped = ScopedCache(cache, load_scopes(directory))
+    except ConfigError as exc:
+        print(f"xdscore: cannot serve {directory}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+
+    def scopes_again(_: object) -> None:
+        reload_scopes(scoped, directory)
+
     server = XdsServer(
-        cache,
+        scoped,
         control_plane_id=args.control_plane_id,
         authorize=authorize,
         rebalancing=Rebalancing(
@@ -267,6 +279,7 @@ async def run(args: argparse.Namespace) -> int:
                 reload_timeout=args.reload_timeout,
                 stop=stop,
                 reload_requests=requests,
+                on_applied=scopes_again,
                 **limits,
             )
         )

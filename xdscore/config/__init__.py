@@ -11,6 +11,7 @@ from ._loader import (
     load_directory,
     read_directory,
 )
+from ._scopes import SCOPES_FILE, load_scopes, parse_scopes, reload_scopes, with_scopes
 from ._watch import DEFAULT_RELOAD_TIMEOUT, load_directory_async, watch_directory
 
 __all__ = [
@@ -21,9 +22,14 @@ __all__ = [
     "MAX_YAML_ALIAS_NODES",
     "ConfigError",
     "Problem",
+    "SCOPES_FILE",
     "config_files",
     "load_directory",
     "load_directory_async",
+    "load_scopes",
+    "parse_scopes",
     "read_directory",
+    "reload_scopes",
     "watch_directory",
+    "with_scopes",
 ]

@@ -443,6 +443,8 @@ def parse_files(
     resources: list[tuple[str, Resource]] = []
     problems = list(contents.problems)
     for file in contents.files:
+        if file.path == contents.root / "scopes.yaml":
+            continue  # not resources: the scopes (config/_scopes.py)
         if file.data is None:
             problems.append(Problem(str(file.path), file.error or "cannot be read"))
             continue

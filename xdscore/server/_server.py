@@ -147,10 +147,14 @@ class XdsServer:
     def status(self) -> list[StreamStatus]:
         """Every stream's sync status now, oldest stream first (reads; never waits)."""
         out = []
+        scope_of = getattr(self.cache, "scope_of", None)
         for stream in self.streams():
             node = stream.info.node
             view = self.cache.view(node) if node is not None else None
-            out.append(stream_status(stream.info, stream.machine, stream.records, view))
+            scope = scope_of(node) if scope_of is not None and node is not None else None
+            out.append(
+                stream_status(stream.info, stream.machine, stream.records, view, scope=scope)
+            )
         return out
 
     def ready(self) -> bool:

@@ -130,6 +130,8 @@ class StreamStatus:
     connected_since: float
     """Wall-clock time the stream opened."""
     types: tuple[TypeStatus, ...]
+    scope: str | None = None
+    """The scope the cache put the proxy in (a :class:`~xdscore.cache.ScopedCache`), if any."""
 
     @property
     def synced(self) -> bool:
@@ -142,6 +144,8 @@ def stream_status(
     machine: SotwServer | DeltaServer,
     records: Mapping[str, TypeRecord],
     view: ResourceView | None,
+    *,
+    scope: str | None = None,
 ) -> StreamStatus:
     """The status of one stream now (reads the machine, the records and ``view``)."""
     node = info.node
@@ -182,6 +186,7 @@ def stream_status(
         aggregated=info.aggregated,
         connected_since=info.connected_at,
         types=tuple(types),
+        scope=scope,
     )
 
 

@@ -174,7 +174,9 @@ class AdminApp:
                     ],
                 }
             )
-        return _json({"node": node_id, "types": types})
+        scope_of = getattr(self.server.cache, "scope_of", None)
+        scope = scope_of(node) if scope_of is not None else None
+        return _json({"node": node_id, "scope": scope, "types": types})
 
     def _node(self, node_id: str) -> Node:
         """The node a connected proxy presents with ``node_id``, else one with just the id."""
@@ -237,6 +239,7 @@ def _stream_json(status: StreamStatus) -> dict[str, Any]:
         "stream": status.id,
         "node": status.node_id,
         "cluster": status.cluster,
+        "scope": status.scope,
         "locality": None
         if locality is None
         else {"region": locality.region, "zone": locality.zone, "sub_zone": locality.sub_zone},
