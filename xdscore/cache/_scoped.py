@@ -58,6 +58,10 @@ _TRIMMED_LIMIT = 65536
 """Trimmed route configurations kept for reuse, across scopes."""
 
 
+def _metadata(value: Mapping[str, str]) -> Mapping[str, str]:
+    return MappingProxyType(dict(value))
+
+
 @attrs.frozen(kw_only=True)
 class NodeSelector:
     """Which nodes a scope is for: all given fields must match; an empty selector matches
@@ -65,7 +69,7 @@ class NodeSelector:
 
     cluster: str | None = None
     id: str | None = None
-    metadata: Mapping[str, str] = attrs.field(factory=dict, converter=dict, hash=False)
+    metadata: Mapping[str, str] = attrs.field(factory=dict, converter=_metadata, hash=False)
 
     def matches(self, node: Node) -> bool:
         """Whether ``node`` is one of the nodes this selector picks."""
