@@ -11,6 +11,7 @@ collector off and counts the runtime's per-stream objects still alive after the 
 
 from __future__ import annotations
 
+import contextlib
 import gc
 from collections.abc import Iterator
 
@@ -54,7 +55,7 @@ OURS = (ServerDriver, SotwServer, DeltaServer)
 def left_behind() -> dict[str, int]:
     """Drivers and server machines still alive, and what of them and of grpclib's streams
     only a collection would free (what is in reference cycles)."""
-    alive = sum(1 for o in gc.get_objects() if isinstance(o, OURS))
+    alive = _alive()
     gc.set_debug(gc.DEBUG_SAVEALL)
     try:
         gc.collect()
@@ -66,9 +67,17 @@ def left_behind() -> dict[str, int]:
     return {"alive": alive, "in cycles": cyclic}
 
 
+def _alive() -> int:
+    return sum(1 for o in gc.get_objects() if isinstance(o, OURS))
+
+
 async def settled(plane: Plane) -> None:
+    """Every stream ended and its handler finished (what a cycle keeps never goes: the
+    assertion that follows says how much)."""
     await eventually(lambda: plane.active() == 0)
-    await anyio.sleep(0.05)  # the handlers' last steps after the runtime let go
+    with contextlib.suppress(TimeoutError):
+        await eventually(lambda: _alive() == 0)
+    await anyio.sleep(0.02)  # grpclib's done callbacks, after its handler tasks end
 
 
 @pytest.mark.parametrize("delta", [False, True], ids=["sotw", "delta"])
