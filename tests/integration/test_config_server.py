@@ -21,6 +21,8 @@ from ..factories import wait_until
 pytestmark = [pytest.mark.anyio, pytest.mark.envoy, pytest.mark.timeout(90)]
 
 DEMO = Path(__file__).parents[2] / "examples" / "demo-config"
+DEMO_PORTS = {"LISTENER_PORT": 10000, "BACKEND_A_PORT": 8081, "BACKEND_B_PORT": 8082}
+"""The ports written in examples/demo-config, which a copy replaces."""
 APPLIED = "xdscore.config: applied"
 REFUSED = "xdscore.config: refused"
 
@@ -29,7 +31,7 @@ def render(target: Path, ports: dict[str, int]) -> None:
     for source in sorted(DEMO.glob("*.yaml")):
         text = source.read_text()
         for name, port in ports.items():
-            text = text.replace("{{" + name + "}}", str(port))
+            text = text.replace(f"port_value: {DEMO_PORTS[name]}}}", f"port_value: {port}}}")
         (target / source.name).write_text(text)
 
 

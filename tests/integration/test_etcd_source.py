@@ -336,16 +336,18 @@ async def test_two_applies_that_read_the_same_revision_cannot_interleave(
 # -- the command line ------------------------------------------------------------------
 
 DEMO = Path(__file__).parents[2] / "examples" / "demo-config"
+DEMO_PORTS = {"LISTENER_PORT": 10000, "BACKEND_A_PORT": 8081, "BACKEND_B_PORT": 8082}
+"""The ports written in examples/demo-config, which a copy replaces."""
 
 
 def demo_directory(target: Path) -> Path:
-    """The demo config with its placeholders filled (nothing listens on those ports)."""
+    """The demo config with other ports (nothing listens on those ports)."""
     target.mkdir()
     ports = {"LISTENER_PORT": 10000, "BACKEND_A_PORT": 10001, "BACKEND_B_PORT": 10002}
     for source in sorted(DEMO.glob("*.yaml")):
         text = source.read_text()
         for name, port in ports.items():
-            text = text.replace("{{" + name + "}}", str(port))
+            text = text.replace(f"port_value: {DEMO_PORTS[name]}}}", f"port_value: {port}}}")
         (target / source.name).write_text(text)
     return target
 

@@ -39,13 +39,15 @@ BODY = "observed backend"
 FETCH = "/envoy.service.status.v3.ClientStatusDiscoveryService/FetchClientStatus"
 
 DEMO = Path(__file__).parents[2] / "examples" / "demo-config"
+DEMO_PORTS = {"LISTENER_PORT": 10000, "BACKEND_A_PORT": 8081, "BACKEND_B_PORT": 8082}
+"""The ports written in examples/demo-config, which a copy replaces."""
 
 
 def render(directory: Path, name: str, **ports: int) -> None:
-    """Write the demo config's ``name`` into ``directory`` with its ports filled in."""
+    """Write the demo config's ``name`` into ``directory`` with these ports."""
     text = (DEMO / name).read_text()
     for placeholder, port in ports.items():
-        text = text.replace("{{" + placeholder + "}}", str(port))
+        text = text.replace(f"port_value: {DEMO_PORTS[placeholder]}}}", f"port_value: {port}}}")
     (directory / name).write_text(text)
 
 

@@ -112,13 +112,8 @@ def _good(directory: Path) -> Path:
     )
 
 
-def test_the_demo_config_is_clean(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    for source in sorted((ROOT / "examples" / "demo-config").glob("*.yaml")):
-        text = source.read_text()
-        for placeholder in ("{{BACKEND_A_PORT}}", "{{BACKEND_B_PORT}}", "{{LISTENER_PORT}}"):
-            text = text.replace(placeholder, "10080")
-        (tmp_path / source.name).write_text(text)
-    assert main(["analyze", str(tmp_path)]) == 0
+def test_the_demo_config_is_clean(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["analyze", str(ROOT / "examples" / "demo-config")]) == 0
     captured = capsys.readouterr()
     assert captured.out == ""
     assert "6 resources: 0 error(s), 0 warning(s), 0 info" in captured.err
@@ -223,7 +218,8 @@ def test_exit_2_on_usage_errors(argv: list[str], capsys: pytest.CaptureFixture[s
     with pytest.raises(SystemExit) as exited:
         main(argv)
     assert exited.value.code == 2
-    assert "usage: xdscore analyze" in capsys.readouterr().err
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("xdscore analyze: ")
 
 
 def test_json_output(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

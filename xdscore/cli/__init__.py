@@ -5,45 +5,131 @@ and compare one proxy with it."""
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 import anyio
 
 from . import _analyze, _apply, _diff, _serve, _status
-from ._common import EXIT_USAGE, set_up_logging
+from ._common import EXIT_USAGE, LOG_LEVELS, set_up_logging
 
-__all__ = ["main"]
+__all__ = ["console", "main"]
+
+EXAMPLES = {
+    "xdscore": """\
+  xdscore serve ./config --listen 127.0.0.1:18000
+  xdscore analyze ./config
+  xdscore status --server 127.0.0.1:18000
+  xdscore serve --help""",
+    "serve": """\
+  xdscore serve ./config --listen 127.0.0.1:18000 --admin 127.0.0.1:9100
+  xdscore serve --etcd http://127.0.0.1:2379 --prefix /xds --listen :18000
+  xdscore serve ./config --tls-cert server.pem --tls-key server-key.pem --client-ca ca.pem""",
+    "apply": """\
+  xdscore apply ./config --etcd http://127.0.0.1:2379 --dry-run
+  xdscore apply ./config --etcd http://127.0.0.1:2379 --prefix /xds""",
+    "analyze": """\
+  xdscore analyze ./config
+  xdscore analyze ./config --format json --min-severity warning""",
+    "status": """\
+  xdscore status --server 127.0.0.1:18000
+  xdscore status --server 127.0.0.1:18000 --node edge- --format json""",
+    "dump": """\
+  xdscore dump --server 127.0.0.1:18000 --node envoy-1 --type cds""",
+    "diff": """\
+  xdscore diff --server 127.0.0.1:18000 --envoy-admin 127.0.0.1:9901""",
+}
+"""What each command's --help ends with."""
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="xdscore", description=__doc__)
-    parser.add_argument("--log-level", default="info", help="debug, info, warning, error")
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line on stderr (exit status 2), and help with examples."""
+
+    examples: str = ""
+
+    def error(self, message: str) -> NoReturn:
+        text = " ".join(message.split())
+        self.exit(EXIT_USAGE, f"{self.prog}: {text} (see '{self.prog} --help')\n")
+
+    def format_help(self) -> str:
+        text = super().format_help()
+        if self.examples:
+            text += f"\nexamples:\n{self.examples}\n"
+        return text
+
+
+def _global_flags(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
+    """The flags every command takes, before or after its name. On the commands' parsers
+    they default to nothing, so that a flag given before the command is not overwritten."""
+
+    def default(value: object) -> object:
+        return value if defaults else argparse.SUPPRESS
+
+    parser.add_argument(
+        "--log-level",
+        type=str.lower,
+        choices=LOG_LEVELS,
+        default=default("info"),
+        help="debug, info (default), warning, error or critical; logs go to stderr",
+    )
     parser.add_argument(
         "--log-format",
         choices=("text", "json"),
-        default="text",
+        default=default("text"),
         help="text lines, or one JSON object per line (default text)",
     )
     parser.add_argument(
         "--verbose-logger",
         action="append",
-        default=[],
+        default=default([]),
         metavar="NAME",
         help="let this library logger (grpclib, h2, hpack, uvicorn, ...) log at DEBUG; "
         "repeatable. They stay at WARNING otherwise",
     )
-    commands = parser.add_subparsers(dest="command", required=True)
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> list[tuple[str, argparse.ArgumentParser]]:
+    """Every command's parser below ``parser`` (nested ones included), with its name."""
+    found = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found.append((name, sub))
+                found.extend(_subparsers(sub))
+    return found
+
+
+def _version() -> str:
+    from .. import __version__
+
+    return __version__
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="xdscore", description=__doc__)
+    parser.examples = EXAMPLES["xdscore"]
+    parser.add_argument("--version", action="version", version=f"xdscore {_version()}")
+    _global_flags(parser, defaults=True)
+    commands: argparse._SubParsersAction[argparse.ArgumentParser] = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", parser_class=_Parser
+    )
     _serve.add_parser(commands)
     _apply.add_parser(commands)
     _analyze.add_parser(commands)
     _status.add_parsers(commands)
     _diff.add_parser(commands)
+    for name, sub in _subparsers(parser):
+        assert isinstance(sub, _Parser)
+        sub.examples = sub.examples or EXAMPLES.get(name, "")
+        _global_flags(sub, defaults=False)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the console script and of ``python -m xdscore``."""
+    """Run one command; its exit status (usage errors raise ``SystemExit(2)``)."""
     args = _parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # for serve --workers
     set_up_logging(args.log_level, args.log_format, args.verbose_logger)
@@ -58,3 +144,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "diff":
         return anyio.run(_diff.run, args)
     return EXIT_USAGE
+
+
+def console() -> NoReturn:
+    """Entry point of the ``xdscore`` console script and of ``python -m xdscore``.
+
+    Once the command is done, the process exits without tearing the interpreter down: with
+    every xDS message module imported that takes about a quarter of a second, which would
+    double the time ``xdscore serve`` takes to stop on SIGTERM. Output is flushed first.
+    """
+    try:
+        code = main()
+    except KeyboardInterrupt:
+        code = 130
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if exc.code is not None and not isinstance(exc.code, int):
+            print(exc.code, file=sys.stderr)
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe: nothing more can be said
+            code = code or 1
+    os._exit(code)

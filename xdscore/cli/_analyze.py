@@ -21,7 +21,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="check the Envoy resources in a directory without serving them",
         description="Report dangling references, duplicates, unused resources and the other "
         "findings of xdscore.analysis (see docs/analysis.md). Exits 0 when nothing of ERROR "
-        "severity is found, 1 when something is, 2 when the directory cannot be read.",
+        "severity is found, 1 when something is or the directory holds no resources (both "
+        "are what serve refuses), 2 when the directory cannot be read.",
     )
     analyze_.add_argument("directory", type=Path, metavar="DIR")
     analyze_.add_argument(
@@ -49,6 +50,13 @@ def run(args: argparse.Namespace) -> int:
         for problem in problems:
             print(f"  {problem}", file=sys.stderr)
         return EXIT_USAGE
+    if not found:
+        # As serve refuses it: serving nothing would tell every client to delete everything.
+        print(
+            f"xdscore: {directory} holds no resources; serve refuses to serve nothing",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
     report = analyze(found, complete=True)
     try:
         report = with_scopes(report, directory, found)

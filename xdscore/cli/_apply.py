@@ -15,7 +15,7 @@ from ..config import (
 )
 from ..etcd import DEFAULT_PREFIX, EtcdError, apply_state, connect
 from ._common import EXIT_FAILED, EXIT_OK, EXIT_USAGE
-from ._serve import _positive
+from ._common import positive as _positive
 
 __all__ = ["add_parser", "run"]
 

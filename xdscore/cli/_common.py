@@ -4,11 +4,25 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import sys
+from collections.abc import Callable
 
 from pythonjsonlogger.json import JsonFormatter
 
-__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "QUIET_LOGGERS", "address", "set_up_logging"]
+__all__ = [
+    "EXIT_FAILED",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "LOG_LEVELS",
+    "QUIET_LOGGERS",
+    "address",
+    "duration",
+    "fraction",
+    "non_negative",
+    "positive",
+    "set_up_logging",
+]
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -18,12 +32,85 @@ QUIET_LOGGERS = ("grpclib", "h2", "hpack", "uvicorn", "watchfiles", "asyncio")
 """Libraries whose debug output (frame dumps, each file event) stays off unless named."""
 
 
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+
+
 def address(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``:PORT`` means every interface) as a pair."""
+    """``HOST:PORT`` (``:PORT`` means every interface, ``[::1]:PORT`` is IPv6) as a pair;
+    the port from 0 to 65535."""
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit():
         raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
-    return host.strip("[]") or "0.0.0.0", int(port)
+    if int(port) > 65535:
+        raise argparse.ArgumentTypeError(f"expected a port from 0 to 65535, got {text!r}")
+    host = host.strip("[]")
+    if any(c.isspace() for c in host):
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
+    return host or "0.0.0.0", int(port)
+
+
+def duration(text: str) -> float:
+    """``90s``, ``30m``, ``1h``, ``500ms`` or plain seconds, as seconds (0 or more)."""
+    units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+    number, unit = text, "s"
+    for suffix in sorted(units, key=len, reverse=True):
+        if text.endswith(suffix):
+            number, unit = text[: -len(suffix)], suffix
+            break
+    try:
+        value = float(number) * units[unit]
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(
+            f"expected a duration such as 90s, 30m or 1h, got {text!r}"
+        )
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a duration of 0 or more, got {text!r}")
+    return value
+
+
+def _number(kind: type[int] | type[float], text: str) -> float:
+    try:
+        value = kind(text)
+    except ValueError:
+        word = "a whole number" if kind is int else "a number"
+        raise argparse.ArgumentTypeError(f"expected {word}, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+def positive(kind: type[int] | type[float]) -> Callable[[str], float]:
+    """An argparse type: a number of ``kind`` above 0."""
+
+    def parse(text: str) -> float:
+        value = _number(kind, text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+        return value
+
+    return parse
+
+
+def non_negative(kind: type[int] | type[float]) -> Callable[[str], float]:
+    """An argparse type: a number of ``kind``, 0 or more."""
+
+    def parse(text: str) -> float:
+        value = _number(kind, text)
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"expected a number of 0 or more, got {text!r}")
+        return value
+
+    return parse
+
+
+def fraction(text: str) -> float:
+    """An argparse type: a number above 0 and at most 1."""
+    value = _number(float, text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a fraction above 0 and at most 1, got {text!r}")
+    return value
 
 
 def set_up_logging(level: str, log_format: str, verbose: list[str]) -> None:

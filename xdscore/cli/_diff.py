@@ -43,7 +43,7 @@ from .._errors import ProtocolError, StreamClosed
 from ..wire._csds import IdMatcher, ResourceReport
 from ..wire._messages import resource_json
 from ..wire._typeurls import CLUSTER, ENDPOINT, LISTENER, ROUTE, SECRET, type_info
-from ._common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, address
+from ._common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, address, positive
 from ._status import fetch_reports
 
 __all__ = [
@@ -632,7 +632,11 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     diff.add_argument("--format", choices=("text", "json"), default="text")
     diff.add_argument(
-        "--timeout", type=float, default=10.0, metavar="SECONDS", help="per request (default 10)"
+        "--timeout",
+        type=positive(float),
+        default=10.0,
+        metavar="SECONDS",
+        help="per request (default 10)",
     )
 
 

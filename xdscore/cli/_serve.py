@@ -7,7 +7,6 @@ import logging
 import signal
 import ssl
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -27,7 +26,9 @@ from ..etcd import DEFAULT_PREFIX
 from ..server import Authorizer, Rebalancing, SpiffeNodePolicy, XdsServer
 from ..transport import AdminApp, CertificateFiles, GrpclibTransport, serve_admin
 from . import _workers
-from ._common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, address
+from ._common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, address, fraction, non_negative
+from ._common import duration as _duration
+from ._common import positive as _positive
 
 __all__ = ["add_parser", "run"]
 
@@ -76,14 +77,16 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     serve.add_argument(
         "--debounce-ms",
-        type=int,
+        type=non_negative(int),
+        metavar="MS",
         default=300,
         help="reload once the files have been quiet this long: a burst of edits becomes "
         "one snapshot (default 300)",
     )
     serve.add_argument(
         "--max-delay-ms",
-        type=int,
+        type=_positive(int),
+        metavar="MS",
         default=3000,
         help="under constant edits, reload at least this often (default 3000)",
     )
@@ -124,7 +127,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     serve.add_argument(
         "--max-stream-close-fraction",
-        type=_positive(float),
+        type=fraction,
         default=0.01,
         metavar="FRACTION",
         help="with --max-stream-age, end at most this fraction of the open streams a "
@@ -159,38 +162,6 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default="id",
         help="which node field --node-from-spiffe checks (default id)",
     )
-
-
-def _duration(text: str) -> float:
-    """``90s``, ``30m``, ``1h``, ``500ms`` or plain seconds, as seconds."""
-    units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-    number, unit = text, "s"
-    for suffix in sorted(units, key=len, reverse=True):
-        if text.endswith(suffix):
-            number, unit = text[: -len(suffix)], suffix
-            break
-    try:
-        value = float(number) * units[unit]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected a duration such as 90s, 30m or 1h, got {text!r}"
-        ) from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a duration of 0 or more, got {text!r}")
-    return value
-
-
-def _positive(kind: type[int] | type[float]) -> Callable[[str], float]:
-    def parse(text: str) -> float:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-        return value
-
-    return parse
 
 
 async def run(args: argparse.Namespace) -> int:
@@ -268,8 +239,9 @@ async def run(args: argparse.Namespace) -> int:
             group.start_soon(lambda: certificates.watch(stop=stop))
         if _workers.is_worker(args):
             group.start_soon(_workers.watch_parent)
-        if args.admin is not None:
-            await group.start(_admin, server, args.admin)
+        if args.admin is not None and not await _start_admin(group, server, args.admin):
+            group.cancel_scope.cancel()
+            return EXIT_FAILED
         group.start_soon(
             lambda: watch_directory(
                 directory,
@@ -297,6 +269,20 @@ async def run(args: argparse.Namespace) -> int:
         stop.set()
         group.cancel_scope.cancel()
     return EXIT_OK
+
+
+async def _start_admin(
+    group: anyio.abc.TaskGroup, server: XdsServer, where: tuple[str, int]
+) -> bool:
+    """Start the admin endpoint in ``group``; False (and one line on stderr) if it cannot
+    listen."""
+    try:
+        await group.start(_admin, server, where)
+    except OSError as exc:
+        host, port = where
+        print(f"xdscore: cannot serve the admin endpoint on {host}:{port}: {exc}", file=sys.stderr)
+        return False
+    return True
 
 
 async def _admin(

@@ -23,7 +23,7 @@ from ..server import Rebalancing, XdsServer
 from ..transport import CertificateFiles, GrpclibTransport
 from . import _workers
 from ._common import EXIT_FAILED, EXIT_OK, EXIT_USAGE
-from ._serve import _admin, _security
+from ._serve import _security, _start_admin
 
 __all__ = ["run_etcd"]
 
@@ -80,8 +80,9 @@ async def _serve(
         group.start_soon(_until_signalled, group.cancel_scope, stop)
         if _workers.is_worker(args):
             group.start_soon(_workers.watch_parent)
-        if args.admin is not None:
-            await group.start(_admin, server, args.admin)
+        if args.admin is not None and not await _start_admin(group, server, args.admin):
+            group.cancel_scope.cancel()
+            return EXIT_FAILED
         group.start_soon(source.run)
         if certificates is not None:
             group.start_soon(lambda: certificates.watch(stop=stop))

@@ -361,17 +361,70 @@ async def watch_directory(
         )
         if reload_requests is not None:
             group.start_soon(_requested, reload_requests, reloads)
+        send, receive = anyio.create_memory_object_stream[set[_Change]](16)
+        group.start_soon(_watch_files, root, stop, max(max_delay_ms, quiet_ms), send)
+        async with receive:
+            await _group_changes(
+                receive, quiet_ms / 1000, max(max_delay_ms, quiet_ms) / 1000, root, reloads
+            )
+        group.cancel_scope.cancel()
+
+
+_Change = tuple[watchfiles.Change, str]
+WATCH_STEP_MS = 50
+"""How often the file watcher's thread looks for changes and at the stop event: the longest
+a shutdown waits for it. The quiet window is kept here, not by the watcher, so that it does
+not lengthen the shutdown."""
+
+
+async def _watch_files(
+    root: Path,
+    stop: anyio.Event | None,
+    max_delay_ms: int,
+    send: anyio.abc.ObjectSendStream[set[_Change]],
+) -> None:
+    """Pass each batch of relevant changes the watcher reports on to ``send``."""
+    async with send:
         async for changes in watchfiles.awatch(
             root,
             stop_event=stop,
             watch_filter=_relevant,
-            step=quiet_ms,
-            debounce=max(max_delay_ms, quiet_ms),
+            step=WATCH_STEP_MS,
+            debounce=max_delay_ms,
             recursive=True,
         ):
-            log.debug("changes in %s: %s", root, sorted(path for _, path in changes))
-            reloads.start(f"{len(changes)} file change(s)")
-        group.cancel_scope.cancel()
+            await send.send(changes)
+
+
+async def _group_changes(
+    receive: anyio.abc.ObjectReceiveStream[set[_Change]],
+    quiet: float,
+    max_delay: float,
+    root: Path,
+    reloads: _Reloads,
+) -> None:
+    """Start a reload once no new change has come for ``quiet`` seconds, or at the latest
+    ``max_delay`` seconds after the first change of a group. A change already in the group
+    (the same file modified again) does not extend the wait. Returns when the watcher ends."""
+    async for first in receive:
+        pending = set(first)
+        now = anyio.current_time()
+        # The watcher reported the batch once it had been quiet for WATCH_STEP_MS already.
+        latest, quiet_until = now + max_delay, now + max(0.0, quiet - WATCH_STEP_MS / 1000)
+        while True:
+            more: set[_Change] | None = None
+            with anyio.move_on_after(min(latest, quiet_until) - anyio.current_time()):
+                try:
+                    more = await receive.receive()
+                except anyio.EndOfStream:
+                    return  # stopped: no reload for a process that is going away
+            if more is None:
+                break
+            if more - pending:
+                pending |= more
+                quiet_until = anyio.current_time() + quiet
+        log.debug("changes in %s: %s", root, sorted(path for _, path in pending))
+        reloads.start(f"{len(pending)} file change(s)")
 
 
 async def _requested(requests: anyio.abc.ObjectReceiveStream[str], reloads: _Reloads) -> None:

@@ -115,6 +115,10 @@ class _Server(grpclib.server.Server):
                 processor.close("server stopping")
 
 
+STOP_GRACE = 1.0
+"""Seconds :meth:`GrpclibTransport.stop` waits for ended streams to send their trailers."""
+
+
 class GrpclibTransport:
     """Serves ``server`` over HTTP/2 with grpclib; use as an async context manager.
 
@@ -150,6 +154,8 @@ class GrpclibTransport:
             on_cut=self._connection_cut,
         )
         self.port: int | None = None
+        self._stream_tasks: set[asyncio.Task[Any]] = set()
+        """The xDS stream handlers running: stopping lets them send their trailers."""
 
     def _connection_cut(self, reason: CutReason) -> None:
         metrics = self.server.metrics
@@ -180,6 +186,8 @@ class GrpclibTransport:
             task = asyncio.current_task()
             if task is not None:
                 task.add_done_callback(_WrapperReleased(stream))
+                self._stream_tasks.add(task)
+                task.add_done_callback(self._stream_tasks.discard)
             with _FramesForgotten():
                 async with _statuses(peer):
                     await server.run_stream(
@@ -242,6 +250,10 @@ class GrpclibTransport:
         if self.port is None:
             return
         self.port = None
+        if self._stream_tasks:
+            # The server has ended every stream: let the handlers send their trailers
+            # (status OK) before the connections go, so that clients see a clean end.
+            await asyncio.wait(set(self._stream_tasks), timeout=STOP_GRACE)
         self._grpc.close()
         self._grpc.drop_connections()
         await self._grpc.wait_closed()
