@@ -281,6 +281,11 @@ class ScopedCache:
         self._node_scopes: dict[Node, str | None] = {}
         self._entries: dict[str, OrderedDict[_Inputs, _Entry]] = {}
         self._latest: dict[str, ScopedView] = {}
+        self._latest_sources: dict[str, Mapping[str, Mapping[str, Resource] | None]] = {}
+        self._wanted: dict[str, dict[str, frozenset[str]]] = {}
+        self._differences: dict[
+            str, tuple[Mapping[str, Resource], Mapping[str, Resource], frozenset[str]]
+        ] = {}
         self._trimmed: OrderedDict[tuple[str, str, frozenset[str]], Resource] = OrderedDict()
         self._audiences: dict[tuple[str | None, Hashable], _Audience] = {}
         self._tokens = 0
@@ -320,6 +325,8 @@ class ScopedCache:
             if old is None or name not in self._rules or old.scope != self._rules[name].scope:
                 del self._entries[name]
                 self._latest.pop(name, None)
+                self._latest_sources.pop(name, None)
+                self._wanted.pop(name, None)
                 for type_url in list(old.patterns if old is not None else ()):
                     self._root_names.pop((name, type_url), None)
         old_audiences, self._audiences = self._audiences, {}
@@ -460,11 +467,61 @@ class ScopedCache:
         if entry is not None:
             entries.move_to_end(inputs)
             return entry.view
-        view = self._compute(name, rule, dict(zip(types, sources, strict=True)))
+        by_type = dict(zip(types, sources, strict=True))
+        view = self._carried(name, rule, by_type)
+        if view is None:
+            view = self._compute(name, rule, by_type)
+        self._latest_sources[name] = by_type
         entries[inputs] = _Entry(view, sources)
         while len(entries) > _VIEWS_PER_SCOPE:
             entries.popitem(last=False)
         return view
+
+    def _carried(
+        self, name: str, rule: _Rule, sources: Mapping[str, Mapping[str, Resource] | None]
+    ) -> ScopedView | None:
+        """The scope's latest view, when nothing that changed in the source since it was
+        computed is visible to the scope or could become so: O(what changed), the
+        differences of the source being computed once for every scope."""
+        view = self._latest.get(name)
+        before = self._latest_sources.get(name)
+        if view is None or before is None or before.keys() != sources.keys():
+            return None
+        wanted = self._wanted.get(name)
+        if wanted is None:
+            return None
+        for type_url, held in sources.items():
+            old = before[type_url]
+            if old is held:
+                continue
+            if old is None or held is None:
+                return None
+            if rule.passes(type_url):
+                if self._difference(type_url, old, held):
+                    return None
+                continue
+            visible = view._types.get(type_url)
+            pattern = rule.patterns.get(type_url)
+            refers = wanted.get(type_url, frozenset())
+            for changed in self._difference(type_url, old, held):
+                if visible is not None and changed in visible.resources:
+                    return None
+                if changed in refers or (pattern is not None and pattern.fullmatch(changed)):
+                    return None
+        return view
+
+    def _difference(
+        self, type_url: str, old: Mapping[str, Resource], new: Mapping[str, Resource]
+    ) -> frozenset[str]:
+        """Names added, changed (another object) or removed between two source mappings."""
+        last = self._differences.get(type_url)
+        if last is not None and last[0] is old and last[1] is new:
+            return last[2]
+        changed = {name for name, resource in new.items() if old.get(name) is not resource}
+        changed.update(name for name in old if name not in new)
+        found = frozenset(changed)
+        self._differences[type_url] = (old, new, found)
+        return found
 
     def _compute(
         self, name: str, rule: _Rule, sources: Mapping[str, Mapping[str, Resource] | None]
@@ -494,6 +551,13 @@ class ScopedCache:
                 found = target.get(ref.name) if target is not None else None
                 if found is not None:
                     reach(found)
+        wanted: dict[str, set[str]] = {}
+        for names in seen.values():
+            for resource in names.values():
+                for ref in resource.references:
+                    if not (resource.type_url == ROUTE and ref.type_url == CLUSTER):
+                        wanted.setdefault(ref.type_url, set()).add(ref.name)
+        self._wanted[name] = {t: frozenset(n) for t, n in wanted.items()}
         clusters = frozenset(seen.get(CLUSTER, ()))
         routes = seen.get(ROUTE)
         if routes:
