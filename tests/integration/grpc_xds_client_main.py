@@ -1,9 +1,10 @@
 """gRPC's own xDS client, driven line by line over stdin (run by test_grpc_xds_client.py).
 
-Usage: ``python grpc_xds_client_main.py XDS_PORT TARGET METHOD``
+Usage: ``python grpc_xds_client_main.py XDS_PORT TARGET METHOD [BOOTSTRAP_FILE]``
 
 The bootstrap goes into ``GRPC_XDS_BOOTSTRAP_CONFIG`` before grpc is imported, so the
-client process starts with a clean, known xDS configuration. Then every line read from
+client process starts with a clean, known xDS configuration; with ``BOOTSTRAP_FILE``,
+``GRPC_XDS_BOOTSTRAP`` names that file instead (XDS_PORT is then unused). Then every line read from
 stdin is a command:
 
 * ``call`` makes one unary RPC on ``xds:///TARGET`` and prints ``OK <reply>`` or
@@ -52,7 +53,11 @@ def say(line: str) -> None:
 def main() -> int:
     xds_port, target, method = int(sys.argv[1]), sys.argv[2], sys.argv[3]
     os.environ.pop("GRPC_XDS_BOOTSTRAP", None)
-    os.environ["GRPC_XDS_BOOTSTRAP_CONFIG"] = bootstrap(xds_port)
+    os.environ.pop("GRPC_XDS_BOOTSTRAP_CONFIG", None)
+    if len(sys.argv) > 4:
+        os.environ["GRPC_XDS_BOOTSTRAP"] = sys.argv[4]
+    else:
+        os.environ["GRPC_XDS_BOOTSTRAP_CONFIG"] = bootstrap(xds_port)
 
     import grpc
 

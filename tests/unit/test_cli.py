@@ -75,6 +75,13 @@ def _usage_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
         (["status", "--server", "x:123456"], "--server: expected a port"),
         (["dump", "--server", "127.0.0.1:1"], "the following arguments are required: --node"),
         (["diff", "--server", "a:1", "--envoy-admin", "b:2", "--timeout", "-1"], "positive"),
+        (["bootstrap"], "the following arguments are required: KIND"),
+        (["bootstrap", "istio"], "argument KIND: invalid choice: 'istio'"),
+        (["bootstrap", "envoy", "--node", "n"], "the following arguments are required: --server"),
+        (["bootstrap", "envoy", "--server", "h:1"], "the following arguments are required: --node"),
+        (["bootstrap", "grpc", "--server", "h", "--node", "n"], "--server: expected HOST:PORT"),
+        (["bootstrap", "envoy", "--server", "h:1", "--node", "n", "--format", "xml"], "invalid"),
+        (["bootstrap", "grpc", "--server", "h:1", "--node", "n", "--delta"], "unrecognized"),
         (["bogus"], "invalid choice: 'bogus'"),
         ([], "the following arguments are required: COMMAND"),
     ],
@@ -102,6 +109,21 @@ def test_usage_error_from_the_console_script() -> None:
         "xdscore serve: argument --listen: expected a port from 0 to 65535, got ':99999' "
         "(see 'xdscore serve --help')"
     ]
+
+
+@pytest.mark.parametrize("kind", ["envoy", "grpc"])
+@pytest.mark.parametrize(
+    "tls",
+    [["--tls-cert", "c.pem"], ["--tls-key", "k.pem"], ["--tls-cert", "c.pem", "--tls-key", "k"]],
+)
+def test_bootstrap_refuses_incomplete_tls_flags(
+    kind: str, tls: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["bootstrap", kind, "--server", "h:1", "--node", "n", *tls]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    (line,) = captured.err.splitlines()
+    assert line.startswith(f"xdscore bootstrap {kind}: ")
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
@@ -146,12 +168,25 @@ def test_a_global_flag_after_the_command_does_not_reset_one_before(tmp_path: Pat
     assert logging.getLogger().level == logging.ERROR
 
 
-@pytest.mark.parametrize("command", ["serve", "apply", "analyze", "status", "dump", "diff"])
+@pytest.mark.parametrize(
+    "command",
+    [
+        "serve",
+        "apply",
+        "analyze",
+        "status",
+        "dump",
+        "diff",
+        "bootstrap",
+        "bootstrap envoy",
+        "bootstrap grpc",
+    ],
+)
 def test_each_command_has_help_with_an_example(
     command: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(SystemExit) as exited:
-        main([command, "--help"])
+        main([*command.split(), "--help"])
     assert exited.value.code == 0
     text = capsys.readouterr().out
     examples = text[text.index("\nexamples:\n") :]
@@ -163,7 +198,7 @@ def test_top_level_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -
     with pytest.raises(SystemExit):
         main(["--help"])
     text = capsys.readouterr().out
-    for command in ("serve", "apply", "analyze", "status", "dump", "diff"):
+    for command in ("serve", "apply", "analyze", "status", "dump", "diff", "bootstrap"):
         assert f"    {command}" in text
     assert "--version" in text
     assert "examples:\n  xdscore serve" in text

@@ -13,7 +13,7 @@ from typing import NoReturn
 
 import anyio
 
-from . import _analyze, _apply, _diff, _serve, _status
+from . import _analyze, _apply, _bootstrap, _diff, _serve, _status
 from ._common import EXIT_USAGE, LOG_LEVELS, set_up_logging
 
 __all__ = ["console", "main"]
@@ -41,6 +41,20 @@ EXAMPLES = {
   xdscore dump --server 127.0.0.1:18000 --node envoy-1 --type cds""",
     "diff": """\
   xdscore diff --server 127.0.0.1:18000 --envoy-admin 127.0.0.1:9901""",
+    "bootstrap": """\
+  xdscore bootstrap envoy --server 127.0.0.1:18000 --node edge-1 > envoy.yaml
+  envoy -c envoy.yaml
+  xdscore bootstrap grpc --server xds.internal:18000 --node checkout > xds-bootstrap.json
+  GRPC_XDS_BOOTSTRAP=xds-bootstrap.json python client.py  # then dial xds:///LISTENER""",
+    "envoy": """\
+  xdscore bootstrap envoy --server 127.0.0.1:18000 --node edge-1 --cluster edge > envoy.yaml
+  xdscore bootstrap envoy --server xds.internal:18000 --node edge-1 --delta --format json
+  xdscore bootstrap envoy --server xds.internal:18000 --node edge-1 \\
+      --tls-ca ca.pem --tls-cert edge-1.pem --tls-key edge-1-key.pem""",
+    "grpc": """\
+  xdscore bootstrap grpc --server 127.0.0.1:18000 --node checkout > xds-bootstrap.json
+  export GRPC_XDS_BOOTSTRAP=$PWD/xds-bootstrap.json
+  xdscore bootstrap grpc --server xds.internal:18000 --node checkout --tls-ca ca.pem""",
 }
 """What each command's --help ends with."""
 
@@ -121,6 +135,7 @@ def _parser() -> argparse.ArgumentParser:
     _analyze.add_parser(commands)
     _status.add_parsers(commands)
     _diff.add_parser(commands)
+    _bootstrap.add_parser(commands)
     for name, sub in _subparsers(parser):
         assert isinstance(sub, _Parser)
         sub.examples = sub.examples or EXAMPLES.get(name, "")
@@ -143,6 +158,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return anyio.run(_status.run, args)
     if args.command == "diff":
         return anyio.run(_diff.run, args)
+    if args.command == "bootstrap":
+        return _bootstrap.run(args)
     return EXIT_USAGE
 
 
