@@ -27,6 +27,11 @@ XDS008  ERROR     Duplicate domain: a route configuration lists one domain (case
 XDS009  WARNING   Unknown fields: the bytes carry top-level fields the declared type does not
                   have, the mark of a message of another type (or of a newer API than the
                   installed ``xds-protos``).
+XDS010  WARNING   Egress matches no cluster (``scopes.yaml``, :func:`analyze_scopes`): a
+                  scope's egress glob matches no cluster.
+XDS011  WARNING   Scope shadowed: an earlier scope's node selector covers this one's, so
+                  the first match never picks it.
+XDS012  WARNING   Scope sees nothing: the scope's closure is empty.
 ======  ========  ==============================================================================
 
 Which types count as present decides what a dangling or an unreferenced resource is. A
