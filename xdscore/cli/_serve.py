@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import signal
 import ssl
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
@@ -213,6 +215,7 @@ async def run(args: argparse.Namespace) -> int:
     host, port = args.listen
     hangups, requests = anyio.create_memory_object_stream[str](8)
     async with (
+        _signals() as signals,  # before the serving line: a signal right after it stops cleanly
         GrpclibTransport(server) as transport,
         hangups,
         requests,
@@ -255,20 +258,25 @@ async def run(args: argparse.Namespace) -> int:
                 **limits,
             )
         )
-        wanted = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-        with anyio.open_signal_receiver(*wanted) as signals:
-            async for signum in signals:
-                if signum == signal.SIGHUP:
-                    try:
-                        hangups.send_nowait("SIGHUP")
-                    except anyio.WouldBlock:
-                        log.warning("SIGHUP: reloads already requested; this one is ignored")
-                    continue
-                log.info("received %s, shutting down", signal.Signals(signum).name)
-                break
+        async for signum in signals:
+            if signum == signal.SIGHUP:
+                try:
+                    hangups.send_nowait("SIGHUP")
+                except anyio.WouldBlock:
+                    log.warning("SIGHUP: reloads already requested; this one is ignored")
+                continue
+            log.info("received %s, shutting down", signal.Signals(signum).name)
+            break
         stop.set()
         group.cancel_scope.cancel()
     return EXIT_OK
+
+
+@contextlib.asynccontextmanager
+async def _signals() -> AsyncIterator[AsyncIterator[int]]:
+    """SIGINT, SIGTERM and SIGHUP as they arrive, from now on."""
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
+        yield signals
 
 
 async def _start_admin(

@@ -1,9 +1,10 @@
 """Turning user-supplied resources (protobuf, betterproto2 or bytes) into :class:`Resource`.
 
 Everything here runs once per resource version when a snapshot is built, never per stream.
-betterproto2 messages (``envoy-data-plane``) are accepted for convenience: they are
-serialised once with their own encoder and then decoded by the protobuf runtime, which
-gives deterministic bytes and a fast typed message for reference analysis.
+betterproto2 messages (``envoy-data-plane``, the ``xdscore[betterproto]`` extra) are
+accepted for convenience: they are serialised once with their own encoder and then decoded
+by the protobuf runtime, which gives deterministic bytes and a fast typed message for
+reference analysis.
 """
 
 from __future__ import annotations
@@ -144,7 +145,14 @@ def _blank(value: Any) -> Any:
 
 
 def _betterproto_type_url(message: Any) -> str:
-    from envoy_data_plane.message_pool import default_message_pool
+    try:
+        from envoy_data_plane.message_pool import default_message_pool
+    except ImportError:
+        raise ImportError(
+            f"{type(message).__qualname__} is a betterproto2 message: resources given as "
+            "betterproto2 messages need envoy-data-plane, which xdscore's betterproto extra "
+            "installs: pip install 'xdscore[betterproto]'"
+        ) from None
 
     try:
         return str(default_message_pool.type_to_url[type(message)])
