@@ -157,3 +157,65 @@ async def test_serve_refuses_to_start_on_an_invalid_directory(tmp_path: Path) ->
     assert result.returncode == 1
     assert b"missing" in result.stderr
     assert b"cannot serve" in result.stderr
+
+
+RELAXED_LDS = """\
+resources:
+- "@type": type.googleapis.com/envoy.config.listener.v3.Listener
+  name: listener_0
+  address: {socket_address: {address: 127.0.0.1, port_value: LISTENER}}
+  filter_chains:
+  - filters:
+      name: envoy.filters.network.http_connection_manager
+      typed_config:
+        "@type": HCM
+        stat_prefix: ingress_http
+        codec_type: auto
+        http_filters:
+          name: envoy.filters.http.router
+          typed_config:
+            "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+        route_config:
+          name: local_route
+          virtual_hosts:
+            name: local_service
+            domains: "*"
+            routes:
+              match: {prefix: "/"}
+              route: {cluster: example_proxy_cluster}
+""".replace(
+    "HCM",
+    "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3."
+    "HttpConnectionManager",
+)
+RELAXED_CDS = """\
+!ignore defaults: &timeout 0.25s
+"@type": type.googleapis.com/envoy.config.cluster.v3.Cluster
+name: example_proxy_cluster
+type: strict_dns
+lb_policy: round_robin
+connect_timeout: *timeout
+respect_dns_ttl: "yes"
+load_assignment:
+  cluster_name: example_proxy_cluster
+  endpoints:
+    lb_endpoints:
+      endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: BACKEND}}}
+"""
+
+
+@pytest.mark.parametrize("delta", [False, True], ids=["sotw", "delta"])
+async def test_envoy_accepts_what_the_relaxed_yaml_forms_serve(tmp_path: Path, delta: bool) -> None:
+    # Lower-case enums, single mappings for repeated fields, !ignore anchors, a quoted bool:
+    # Envoy's own YAML loading reads them, so does serve, and Envoy accepts the result.
+    with HttpBackend("relaxed") as backend:
+        listener, xds = free_port(), free_port()
+        (tmp_path / "lds.yaml").write_text(RELAXED_LDS.replace("LISTENER", str(listener)))
+        (tmp_path / "cds.yaml").write_text(RELAXED_CDS.replace("BACKEND", str(backend.port)))
+        bootstrap = envoy_bootstrap(xds_port=xds, delta=delta)
+        async with serve(tmp_path, xds), Envoy(bootstrap) as envoy:
+            await wait_for_body(listener, "relaxed")
+            stats = await envoy.stats()
+            assert stats["listener_manager.lds.update_success"] >= 1
+            assert stats["cluster_manager.cds.update_success"] >= 1
+            assert not {k: v for k, v in stats.items() if k.endswith("update_rejected") and v}

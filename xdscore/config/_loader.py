@@ -29,13 +29,14 @@ from typing import Any
 
 import attrs
 import yaml
-from google.protobuf import json_format
 
 from ..analysis import DANGLING_REFERENCE, Diagnostic, analyze
 from ..cache._snapshot import Snapshot
 from ..wire._messages import import_all_protos, make_resource, message_class
 from ..wire._resource import Resource
 from ..wire._typeurls import all_types, type_info
+from . import _envoy_json
+from ._envoy_json import FieldProblems, Located, LocatedList, parse_message
 
 try:
     from yaml import CSafeLoader as _FastLoader
@@ -85,6 +86,10 @@ class Problem:
 
     where: str
     message: str
+    line: int | None = None
+    """The line (1-based) of the file the problem is at, when known."""
+    field: str | None = None
+    """The field path (snake_case) the problem is about, when there is one."""
 
     def __str__(self) -> str:
         return f"{self.where}: {self.message}"
@@ -270,6 +275,55 @@ class _Loader(_FastLoader):
         return super().construct_object(node, deep)
 
 
+def _construct_map(loader: _Loader, node: yaml.MappingNode) -> Iterator[Located]:
+    """A mapping with the line of each key; a key tagged ``!ignore`` is dropped with its
+    value (as Envoy does), and a key is its text (Envoy's YAML conversion)."""
+    data = Located(node.start_mark.line + 1)
+    yield data
+    loader.flatten_mapping(node)
+    for key_node, value_node in node.value:
+        if key_node.tag == "!ignore":
+            continue
+        if isinstance(key_node, yaml.ScalarNode):
+            key = key_node.value
+        else:
+            raise yaml.constructor.ConstructorError(
+                "while constructing a mapping", node.start_mark,
+                "found a key that is not a scalar", key_node.start_mark,
+            )  # fmt: skip
+        data[key] = loader.construct_object(value_node)
+        data.lines[key] = key_node.start_mark.line + 1
+
+
+def _construct_seq(loader: _Loader, node: yaml.SequenceNode) -> Iterator[LocatedList]:
+    data = LocatedList(node.start_mark.line + 1)
+    yield data
+    for item in node.value:
+        data.append(loader.construct_object(item))
+        data.lines.append(item.start_mark.line + 1)
+
+
+_Loader.add_constructor("tag:yaml.org,2002:map", _construct_map)
+_Loader.add_constructor("tag:yaml.org,2002:seq", _construct_seq)
+
+
+class _YamlLoader(_Loader):
+    """:class:`_Loader` for YAML files: plain scalars typed as Envoy's YAML conversion
+    (yaml-cpp) types them (see :mod:`._envoy_json`)."""
+
+    def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
+        if kind is yaml.ScalarNode and implicit[0] and value != "<<":
+            self._nodes += 1
+            if self._nodes >= _CHECK_EVERY:
+                self._checkpoint()
+            return _envoy_json.classify_plain(value)
+        return super().resolve(kind, value, implicit)
+
+
+_YamlLoader.add_constructor(_envoy_json.BOOL_TAG, _envoy_json.construct_bool)
+_YamlLoader.add_constructor(_envoy_json.INT_TAG, _envoy_json.construct_int)
+
+
 class _Bounds(Exception):
     """A document exceeds one of the YAML alias bounds."""
 
@@ -348,7 +402,7 @@ def _documents(path: Path, data: bytes, control: Control | None = None) -> list[
         return []
     # Aliases need anchors: a file without '&' has none, and nothing to check.
     check = b"&" in data
-    loader = _Loader(text)
+    loader = _Loader(text) if is_json else _YamlLoader(text)
     loader.control = control
     documents: list[tuple[str, Any]] = []
     aliases = 0
@@ -411,6 +465,19 @@ def _entries(where: str, document: Any) -> Iterator[tuple[str, Any]]:
 class _EntryError(Exception):
     """One entry of a document is not a usable resource."""
 
+    def __init__(self, message: str, problems: Sequence[_envoy_json.FieldProblem] = ()) -> None:
+        super().__init__(message)
+        self.problems = problems
+
+
+def _entry_problems(where: str, exc: _EntryError) -> list[Problem]:
+    if not exc.problems:
+        return [Problem(where, str(exc))]
+    return [
+        Problem(where, f"{exc}: {problem}", problem.line, problem.path or None)
+        for problem in exc.problems
+    ]
+
 
 def _resource(entry: Any) -> Resource:
     if not isinstance(entry, Mapping):
@@ -422,11 +489,13 @@ def _resource(entry: Any) -> Resource:
         cls = message_class(type_url)
     except KeyError as exc:
         raise _EntryError(str(exc.args[0])) from None
-    body = {key: value for key, value in entry.items() if key != "@type"}
+    body = Located.without(entry, "@type")
     try:
-        message = json_format.ParseDict(body, cls())
-    except json_format.ParseError as exc:
-        raise _EntryError(f"invalid {type_info(type_url).short_name} resource: {exc}") from None
+        message = parse_message(cls, body, getattr(entry, "line", None))
+    except FieldProblems as exc:
+        raise _EntryError(
+            f"invalid {type_info(type_url).short_name} resource", exc.problems
+        ) from None
     try:
         return make_resource(message)
     except (TypeError, ValueError) as exc:
@@ -466,7 +535,7 @@ def parse_files(
                 try:
                     resources.append((entry_where, _resource(entry)))
                 except _EntryError as exc:
-                    problems.append(Problem(entry_where, str(exc)))
+                    problems.extend(_entry_problems(entry_where, exc))
                 except RecursionError:
                     problems.append(Problem(entry_where, "nested too deeply"))
     return resources, problems
