@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: venv demo test lint typecheck unit integration test-deep bench format clean
+.PHONY: venv demo test lint typecheck docs unit integration test-deep bench format clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,8 +18,9 @@ venv: $(VENV)/.installed
 demo: venv
 	$(PY) examples/demo.py
 
-## The whole suite: lint, types, unit, property and integration tests (real Envoy, real gRPC).
-test: venv lint typecheck
+## The whole suite: lint, types, the docs site, unit, property and integration tests (real
+## Envoy, real gRPC).
+test: venv lint typecheck docs
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: venv
@@ -30,6 +31,10 @@ lint: venv
 ## The library, and the test helpers other test modules build on.
 typecheck: venv
 	$(VENV)/bin/mypy --strict xdscore tests/factories.py tests/property/_invariants.py tests/property/_model.py tests/integration/_envoy_support.py tests/integration/_delta_support.py tests/fault/_clients.py tests/tls_support.py tests/etcd_support.py
+
+## The documentation site (mkdocs.yml) into build/site; a broken link or anchor fails it.
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 
 unit: venv
 	$(PY) -m pytest tests/unit tests/property $(PYTEST_ARGS)
