@@ -32,6 +32,9 @@ XDS010  WARNING   Egress matches no cluster (``scopes.yaml``, :func:`analyze_sco
 XDS011  WARNING   Scope shadowed: an earlier scope's node selector covers this one's, so
                   the first match never picks it.
 XDS012  WARNING   Scope sees nothing: the scope's closure is empty.
+XDS013  ERROR     Field constraint: a field breaks a protoc-gen-validate rule of Envoy's API
+                  (``validate.rules``: an empty name, a negative duration, a port over
+                  65535, a required field or oneof missing, ...); Envoy would reject it.
 ======  ========  ==============================================================================
 
 Which types count as present decides what a dangling or an unreferenced resource is. A
@@ -63,6 +66,7 @@ from google.protobuf.message import DecodeError, Message
 from .cache._scoped import GRAPH_TYPES, Scope, ScopedCache
 from .cache._snapshot import Snapshot
 from .cache._snapshot_cache import SnapshotCache, same_for_all
+from .wire._constraints import violations
 from .wire._messages import message_class, resource_name
 from .wire._records import Node
 from .wire._references import unresolvable
@@ -88,6 +92,7 @@ __all__ = [
     "DUPLICATE_DOMAIN",
     "DUPLICATE_NAME",
     "EMPTY_ENDPOINTS",
+    "FIELD_CONSTRAINT",
     "NAME_MISMATCH",
     "PER_REQUEST_CLUSTER",
     "SCOPE_EMPTY",
@@ -134,6 +139,7 @@ UNKNOWN_FIELDS = "XDS009"
 SCOPE_UNMATCHED_EGRESS = "XDS010"
 SCOPE_SHADOWED = "XDS011"
 SCOPE_EMPTY = "XDS012"
+FIELD_CONSTRAINT = "XDS013"
 
 CODES: Mapping[str, tuple[Severity, str]] = {
     DANGLING_REFERENCE: (Severity.ERROR, "dangling reference"),
@@ -148,6 +154,7 @@ CODES: Mapping[str, tuple[Severity, str]] = {
     SCOPE_UNMATCHED_EGRESS: (Severity.WARNING, "egress pattern matches no cluster"),
     SCOPE_SHADOWED: (Severity.WARNING, "scope shadowed by an earlier one"),
     SCOPE_EMPTY: (Severity.WARNING, "scope sees nothing"),
+    FIELD_CONSTRAINT: (Severity.ERROR, "field constraint"),
 }
 """Every code: its severity and a short title."""
 
@@ -356,6 +363,8 @@ class _Analysis:
                 message = self._decode(where, resource)
                 if message is not None:
                     self.messages[key] = message
+            if message is not None:
+                self._constraints(where, resource, message)
             if isinstance(message, route_pb2.RouteConfiguration):
                 self._domains(where, resource, message)
             self._per_request(where, resource)
@@ -448,6 +457,17 @@ class _Analysis:
                 "cluster_name" if resource.type_url == ENDPOINT else "name",
             )
         return message
+
+    def _constraints(self, where: str | None, resource: Resource, message: Message) -> None:
+        for violation in violations(message):
+            self._add(
+                FIELD_CONSTRAINT,
+                f"{_noun(resource.type_url)} {resource.name!r}: {violation.field or 'the message'}"
+                f" {violation.message} (validate rule {violation.rule}); Envoy rejects it",
+                resource,
+                where,
+                violation.field or None,
+            )
 
     def _domains(
         self, where: str | None, resource: Resource, config: route_pb2.RouteConfiguration

@@ -100,7 +100,14 @@ def _complete() -> list[Message]:
         b.route_configuration("routes", [("/", "web"), ("/secure", "secure")]),
         b.route_configuration("scoped-target", [("/", "web")], domains=["api.example.com"]),
         scoped_route_pb2.ScopedRouteConfiguration(
-            name="scope-a", route_configuration_name="scoped-target"
+            name="scope-a",
+            route_configuration_name="scoped-target",
+            # Envoy requires a key (validate.rules message.required; XDS013 otherwise).
+            key=scoped_route_pb2.ScopedRouteConfiguration.Key(
+                fragments=[
+                    scoped_route_pb2.ScopedRouteConfiguration.Key.Fragment(string_key="a")
+                ]
+            ),
         ),
         secret("server-cert"),
         secret("upstream-ca"),
