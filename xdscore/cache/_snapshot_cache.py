@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 
 from ..wire._records import Node
+from ..wire._resource import Resource
 from ._interface import Cancel, Notify
 from ._snapshot import Snapshot, SnapshotError
 from ._watchers import Updates, Watchers
@@ -95,12 +96,35 @@ class SnapshotCache:
 
 
 def _changed_types(previous: Snapshot | None, snapshot: Snapshot) -> list[str]:
-    """The types whose content differs between two snapshots of one group."""
+    """The types whose content differs between two snapshots of one group.
+
+    Compared resource by resource (the same object, or the same version and aliases), not
+    through the types' content versions: hashing every resource of a type on each write
+    would cost O(all resources) even when one endpoint moved and no stream asks for the
+    whole type.
+    """
     if previous is None:
         return sorted(snapshot.type_urls)
     return sorted(
         type_url
         for type_url in previous.type_urls | snapshot.type_urls
-        if previous.resources(type_url) is not snapshot.resources(type_url)
-        and previous.version(type_url) != snapshot.version(type_url)
+        if _differ(previous.resources(type_url), snapshot.resources(type_url))
     )
+
+
+def _differ(old: Mapping[str, Resource] | None, new: Mapping[str, Resource] | None) -> bool:
+    if old is new:
+        return False
+    if old is None or new is None or len(old) != len(new):
+        return True
+    for name, resource in new.items():
+        before = old.get(name)
+        if before is resource:
+            continue
+        if (
+            before is None
+            or before.version != resource.version
+            or before.aliases != resource.aliases
+        ):
+            return True
+    return False
