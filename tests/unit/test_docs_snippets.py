@@ -1,0 +1,93 @@
+"""Every Python block of the guides in docs/ runs, as a reader would run it.
+
+Each block runs alone in a new interpreter, in a directory holding the certificate files
+the pages name (``server.crt``, ``server.key``, ``ca.crt``, ``clients-ca.crt``). A block
+that serves until stopped is marked ``<!-- test: serves -->`` on the line before it: it must
+still be running, without a traceback, a few seconds later. One that needs something the
+test cannot give (a running etcd) is marked ``<!-- test: skip, REASON -->``. docs/api.md and
+docs/reference.md hold signatures, not programs, and are not read.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from _pytest.mark import ParameterSet
+
+from ..tls_support import CertificateAuthority
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+NOT_PROGRAMS = {"api.md", "reference.md"}
+SERVES_FOR = 4.0
+"""Seconds a block marked ``serves`` must keep running."""
+_BLOCK = re.compile(r"(?m)^```python\n(.*?)^```", re.DOTALL)
+_MARK = re.compile(r"<!-- test: (serves|skip, [^>]+) -->\s*$")
+
+
+def _blocks() -> list[ParameterSet]:
+    params = []
+    for page in sorted(DOCS.glob("*.md")):
+        if page.name in NOT_PROGRAMS:
+            continue
+        text = page.read_text()
+        for block in _BLOCK.finditer(text):
+            before = text[: block.start()].rstrip("\n").rsplit("\n", 1)[-1]
+            mark = _MARK.search(before)
+            line = text[: block.start()].count("\n") + 1
+            params.append(
+                pytest.param(
+                    block.group(1),
+                    mark.group(1) if mark else "runs",
+                    id=f"{page.name}:{line}",
+                    marks=[pytest.mark.skip(reason=mark.group(1))]
+                    if mark and mark.group(1).startswith("skip")
+                    else [],
+                )
+            )
+    return params
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    ca = CertificateAuthority()
+    ca.write(tmp_path, "ca")
+    ca.write(tmp_path, "clients-ca")
+    ca.server("127.0.0.1").write(tmp_path, "server")
+    return tmp_path
+
+
+def test_the_guides_have_python_blocks() -> None:
+    assert len(_blocks()) >= 20
+
+
+@pytest.mark.parametrize(("code", "how"), _blocks())
+def test_block_runs(code: str, how: str, workdir: Path) -> None:
+    command = [sys.executable, "-c", code]
+    if how == "runs":
+        done = subprocess.run(
+            command, cwd=workdir, capture_output=True, text=True, timeout=120, check=False
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        return
+    process = subprocess.Popen(
+        command, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + SERVES_FOR
+        while time.monotonic() < deadline and process.poll() is None:
+            time.sleep(0.1)
+        still_running = process.poll() is None
+    finally:
+        process.terminate()
+        try:
+            _out, err = process.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            _out, err = process.communicate()
+    assert still_running, f"it stopped (status {process.returncode}):\n{err[-3000:]}"
+    assert "Traceback" not in err, err[-3000:]
