@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..analysis import Severity, analyze
 from ..config import ConfigError, read_directory, with_scopes
+from . import _descriptors
 from ._common import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
 __all__ = ["add_parser", "run"]
@@ -25,6 +26,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "are what serve refuses), 2 when the directory cannot be read.",
     )
     analyze_.add_argument("directory", type=Path, metavar="DIR")
+    _descriptors.add_argument(analyze_)
     analyze_.add_argument(
         "--format",
         choices=("text", "json"),
@@ -44,6 +46,10 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def run(args: argparse.Namespace) -> int:
     """Run ``analyze``; the exit status."""
     directory: Path = args.directory
+    refused = _descriptors.register(args)
+    if refused is not None:
+        print(f"xdscore analyze: {refused}", file=sys.stderr)
+        return EXIT_USAGE
     found, problems = read_directory(directory)
     if problems:
         print(f"xdscore: cannot analyze {directory}:", file=sys.stderr)

@@ -27,7 +27,7 @@ from ..config import (
 from ..etcd import DEFAULT_PREFIX
 from ..server import Authorizer, Rebalancing, SpiffeNodePolicy, XdsServer
 from ..transport import AdminApp, CertificateFiles, GrpclibTransport, serve_admin
-from . import _workers
+from . import _descriptors, _workers
 from ._common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, address, fraction, non_negative
 from ._common import duration as _duration
 from ._common import positive as _positive
@@ -135,6 +135,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="with --max-stream-age, end at most this fraction of the open streams a "
         "second, and at least one (default 0.01)",
     )
+    _descriptors.add_argument(serve)
     _workers.add_arguments(serve)
     tls = serve.add_argument_group(
         "TLS and identity",
@@ -172,6 +173,10 @@ async def run(args: argparse.Namespace) -> int:
         return await _workers.supervise(args)
     if (args.directory is None) == (args.etcd is None):
         print("xdscore: serve needs exactly one of DIR or --etcd URL", file=sys.stderr)
+        return EXIT_USAGE
+    refused = _descriptors.register(args)
+    if refused is not None:
+        print(f"xdscore serve: {refused}", file=sys.stderr)
         return EXIT_USAGE
     if args.etcd is not None:
         from ._serve_etcd import run_etcd

@@ -1,5 +1,7 @@
 """Serving Envoy resources from a directory of YAML/JSON files."""
 
+from ..wire._descriptors import DescriptorSetError
+from ..wire._descriptors import register_descriptor_set as register_descriptors
 from ._loader import (
     DEFAULT_MAX_CONFIG_BYTES,
     DEFAULT_MAX_FILE_BYTES,
@@ -21,6 +23,7 @@ __all__ = [
     "MAX_YAML_ALIASES",
     "MAX_YAML_ALIAS_NODES",
     "ConfigError",
+    "DescriptorSetError",
     "Problem",
     "SCOPES_FILE",
     "config_files",
@@ -29,6 +32,7 @@ __all__ = [
     "load_scopes",
     "parse_scopes",
     "read_directory",
+    "register_descriptors",
     "reload_scopes",
     "watch_directory",
     "with_scopes",
