@@ -57,7 +57,8 @@ def envoy_bootstrap(
     tls_key: Path | None = None,
 ) -> dict[str, Any]:
     """An Envoy bootstrap taking listeners and clusters over ADS from ``server``
-    (``DELTA_GRPC`` with ``delta``), the admin endpoint at ``admin``. With ``tls_ca`` the
+    (``DELTA_GRPC`` with ``delta``), the admin endpoint at ``admin``, for the node ``node``
+    in ``cluster`` (default: the node id; Envoy needs one). With ``tls_ca`` the
     connection to the server is TLS, its certificate checked against that CA and its
     address (an IP SAN for an IP, a DNS SAN and SNI for a name); ``tls_cert`` and
     ``tls_key`` add a client certificate (mutual TLS)."""
@@ -118,9 +119,8 @@ def envoy_bootstrap(
             "name": "envoy.transport_sockets.tls",
             "typed_config": tls,
         }
-    node_document = {"id": node}
-    if cluster:
-        node_document["cluster"] = cluster
+    # Envoy refuses to start over ADS with a node that has no cluster.
+    node_document = {"id": node, "cluster": cluster or node}
     admin_host, admin_port = admin
     return {
         "node": node_document,
@@ -207,7 +207,11 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         )
         kind.add_argument("--node", required=True, metavar="ID", help="the node id to present")
         kind.add_argument(
-            "--cluster", default="", metavar="C", help="the node's cluster (default: none)"
+            "--cluster",
+            default="",
+            metavar="C",
+            help="the node's cluster (default: for Envoy, which needs one, the node id; "
+            "for gRPC, none)",
         )
         tls = kind.add_argument_group("TLS to the xDS server")
         tls.add_argument(
