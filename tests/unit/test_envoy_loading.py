@@ -225,3 +225,35 @@ def test_an_unknown_field_is_refused_even_in_camel_case(tmp_path: Path) -> None:
     [problem] = problems_of(tmp_path, CLUSTER + "name: c\nconnectTimeot: 1s\n")
     assert problem.field == "connectTimeot"
     assert "did you mean" in problem.message
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        ("connect_timeout: 5 s\n", "connect_timeout"),
+        ("connect_timeout: +5s\n", "connect_timeout"),
+        ("connect_timeout: 1_0s\n", "connect_timeout"),
+        ("connect_timeout: 0.0000000001s\n", "connect_timeout"),
+        ("per_connection_buffer_limit_bytes: 1_000\n", "per_connection_buffer_limit_bytes"),
+        ("per_connection_buffer_limit_bytes: ' 5'\n", "per_connection_buffer_limit_bytes"),
+        ("common_lb_config: {healthy_panic_threshold: {value: 1_0.5}}\n",
+         "common_lb_config.healthy_panic_threshold.value"),
+    ],
+)  # fmt: skip
+def test_what_json_format_takes_but_envoy_does_not_is_refused(
+    tmp_path: Path, text: str, field: str
+) -> None:
+    [problem] = problems_of(tmp_path, CLUSTER + "name: c\n" + text)
+    assert problem.field == field
+
+
+def test_numbers_in_strings_as_envoy_reads_them(tmp_path: Path) -> None:
+    message = cluster(
+        tmp_path,
+        "connect_timeout: '-0.5s'\nper_connection_buffer_limit_bytes: '+7'\n"
+        "common_lb_config: {healthy_panic_threshold: {value: '1e1'}}\n"
+        "lb_subset_config: {}\n",
+    )
+    assert message.connect_timeout.ToMilliseconds() == -500
+    assert message.per_connection_buffer_limit_bytes.value == 7
+    assert message.common_lb_config.healthy_panic_threshold.value == 10

@@ -164,6 +164,12 @@ _PLAIN_WKT = _WRAPPERS | {
     "google.protobuf.Timestamp",
     "google.protobuf.FieldMask",
 }
+# What protobuf's C++ parser (absl's SimpleAtoi, SimpleAtod, its duration parser) takes in
+# a string: json_format would also take underscores, spaces and more.
+_INTEGER = re.compile(r"[-+]?[0-9]+\Z")
+_FLOAT = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?\Z")
+_FLOAT_WORDS = {"nan": "NaN", "inf": "Infinity", "infinity": "Infinity"}
+_DURATION = re.compile(r"-?[0-9]+(?:\.[0-9]{1,9})?s\Z")
 _TRUE_STRINGS = frozenset({"true", "t", "yes", "y", "1"})
 _FALSE_STRINGS = frozenset({"false", "f", "no", "n", "0"})
 _NUMERIC = (FieldDescriptor.CPPTYPE_INT32, FieldDescriptor.CPPTYPE_INT64,
@@ -171,14 +177,38 @@ _NUMERIC = (FieldDescriptor.CPPTYPE_INT32, FieldDescriptor.CPPTYPE_INT64,
 _FLOATS = (FieldDescriptor.CPPTYPE_FLOAT, FieldDescriptor.CPPTYPE_DOUBLE)
 
 
+_SCALAR, _LIST, _MAP = 0, 1, 2
+
+
+class _Field:
+    """What the walk needs of a field, read once from its descriptor (attribute reads on
+    descriptors are slow)."""
+
+    __slots__ = ("cpp", "entry", "enum", "kind", "message", "name", "oneof")
+
+    def __init__(self, field: FieldDescriptor) -> None:
+        self.name: str = field.name
+        self.message: Descriptor | None = field.message_type
+        self.enum: Any = field.enum_type
+        self.cpp: int = field.cpp_type
+        oneof = field.containing_oneof
+        self.oneof: str | None = oneof.name if oneof is not None else None
+        self.entry: _Field | None = None
+        if self.message is not None and self.message.GetOptions().map_entry:
+            self.kind = _MAP
+            self.entry = _Field(self.message.fields_by_name["value"])
+        else:
+            self.kind = _LIST if field.is_repeated else _SCALAR
+
+
 @cache
-def _fields(descriptor: Descriptor) -> dict[str, FieldDescriptor]:
+def _fields(descriptor: Descriptor) -> dict[str, _Field]:
     """Each field by its proto name and by its JSON name."""
-    table: dict[str, FieldDescriptor] = {}
+    table: dict[str, _Field] = {}
     for field in descriptor.fields:
-        table[field.json_name] = field
+        table[field.json_name] = _Field(field)
     for field in descriptor.fields:
-        table[field.name] = field
+        table[field.name] = _Field(field)
     return table
 
 
@@ -186,14 +216,6 @@ def _fields(descriptor: Descriptor) -> dict[str, FieldDescriptor]:
 def _enum_names(enum: Any) -> dict[str, str]:
     """Each value name of an enum, upper-cased, to its name."""
     return {value.name.upper(): value.name for value in enum.values}
-
-
-def _is_map(field: FieldDescriptor) -> bool:
-    return field.message_type is not None and field.message_type.GetOptions().map_entry
-
-
-def _is_repeated(field: FieldDescriptor) -> bool:
-    return bool(field.is_repeated)
 
 
 def _line_of(container: Any, key: Any, default: int | None) -> int | None:
@@ -243,21 +265,21 @@ class Normalizer:
         if name in _PASSED_THROUGH:
             return value
         if name in _PLAIN_WKT and not isinstance(value, Mapping):
-            return value
+            return self.wkt_scalar(descriptor, value, path, line)
         if not isinstance(value, Mapping):
             self.fail(path, f"expected a mapping for {name}, got {_kind(value)}", line)
             return {}
         fields = _fields(descriptor)
         result: dict[str, Any] = {}
         oneofs: dict[str, str] = {}
+        lines = value.lines if isinstance(value, Located) else {}
         for key, item in value.items():
-            key_line = _line_of(value, key, line)
+            key_line = lines.get(key, line)
             field = fields.get(key) if isinstance(key, str) else None
-            where = f"{path}.{key}" if path else str(key)
             if field is None:
                 names = [f.name for f in descriptor.fields]
                 self.fail(
-                    where,
+                    f"{path}.{key}" if path else str(key),
                     f"no field {key!r} in {name}" + _suggest(str(key), names),
                     key_line,
                 )
@@ -266,22 +288,34 @@ class Normalizer:
             if field.name in result:
                 self.fail(where, "given twice (by its snake_case and its camelCase name)", key_line)
                 continue
-            oneof = field.containing_oneof
+            oneof = field.oneof
             if oneof is not None and item is not None:
-                if oneof.name in oneofs:
+                if oneof in oneofs:
                     self.fail(
                         where,
-                        f"{oneofs[oneof.name]!r} and {field.name!r} are both set, but only "
-                        f"one field of the oneof {oneof.name!r} may be",
+                        f"{oneofs[oneof]!r} and {field.name!r} are both set, but only "
+                        f"one field of the oneof {oneof!r} may be",
                         key_line,
                     )
                     continue
-                oneofs[oneof.name] = field.name
+                oneofs[oneof] = field.name
             result[field.name] = self.field(field, item, where, key_line)
         if name in _PLAIN_WKT:
             # The plain message form of a well-known type: its JSON form instead.
             return self.plain_wkt(descriptor, result, path, line)
         return result
+
+    def wkt_scalar(self, descriptor: Descriptor, value: Any, path: str, line: int | None) -> Any:
+        """A well-known type in its JSON form, checked as protobuf's C++ parser checks it
+        (json_format is laxer: it takes "5 s", "+5s" or "1_0s" for a duration)."""
+        name = descriptor.full_name
+        if name in _WRAPPERS:
+            return self.singular(_fields(descriptor)["value"], value, path, line)
+        if name == "google.protobuf.Duration" and not (
+            isinstance(value, str) and _DURATION.match(value)
+        ):
+            self.fail(path, f"expected a duration such as 1s or 0.25s, got {_kind(value)}", line)
+        return value
 
     def plain_wkt(
         self, descriptor: Descriptor, fields: dict[str, Any], path: str, line: int | None
@@ -332,33 +366,33 @@ class Normalizer:
             result = {"@type": type_url, **result}
         return result
 
-    def field(self, field: FieldDescriptor, value: Any, path: str, line: int | None) -> Any:
+    def field(self, field: _Field, value: Any, path: str, line: int | None) -> Any:
         if value is None:
             return None
-        if _is_map(field):
+        if field.kind == _SCALAR:
+            return self.singular(field, value, path, line)
+        if field.entry is not None:
             if not isinstance(value, Mapping):
                 self.fail(path, f"expected a mapping, got {_kind(value)}", line)
                 return None
-            entry = field.message_type.fields_by_name["value"]
+            entry = field.entry
             return {
                 key: self.singular(entry, item, f"{path}[{key}]", _line_of(value, key, line))
                 for key, item in value.items()
             }
-        if _is_repeated(field):
-            items = value if isinstance(value, list) else [value]
-            return [
-                self.singular(field, item, f"{path}[{index}]", item_line)
-                for index, (item, item_line) in enumerate(self.flatten(field, items, value, line))
-            ]
-        return self.singular(field, value, path, line)
+        items = value if isinstance(value, list) else [value]
+        return [
+            self.singular(field, item, f"{path}[{index}]", item_line)
+            for index, (item, item_line) in enumerate(self.flatten(field, items, value, line))
+        ]
 
     def flatten(
-        self, field: FieldDescriptor, items: list[Any], value: Any, line: int | None
+        self, field: _Field, items: list[Any], value: Any, line: int | None
     ) -> list[tuple[Any, int | None]]:
         """The elements of a repeated field, nested lists flattened into it (not for the
         elements of a ``Value`` or ``ListValue``)."""
         flat: list[tuple[Any, int | None]] = []
-        kind = field.message_type.full_name if field.message_type is not None else ""
+        kind = field.message.full_name if field.message is not None else ""
         for index, item in enumerate(items):
             item_line = _line_of(value, index, line) if value is items else line
             if isinstance(item, list) and kind not in _PASSED_THROUGH:
@@ -367,16 +401,16 @@ class Normalizer:
                 flat.append((item, item_line))
         return flat
 
-    def singular(self, field: FieldDescriptor, value: Any, path: str, line: int | None) -> Any:
-        if field.message_type is not None:
+    def singular(self, field: _Field, value: Any, path: str, line: int | None) -> Any:
+        if field.message is not None:
             if value is None:
-                if field.message_type.full_name in ("google.protobuf.Value",):
+                if field.message.full_name in ("google.protobuf.Value",):
                     return None
                 return {}  # a null element of a repeated field is a default element
-            return self.message(field.message_type, value, path, line)
-        if field.enum_type is not None:
+            return self.message(field.message, value, path, line)
+        if field.enum is not None:
             return self.enum(field, value, path, line)
-        cpp = field.cpp_type
+        cpp = field.cpp
         if value is None:
             return _zero(field)  # a null element of a repeated scalar field
         if cpp == FieldDescriptor.CPPTYPE_STRING:
@@ -390,27 +424,35 @@ class Normalizer:
                 return value.lower() in _TRUE_STRINGS
             self.fail(path, f"expected true or false, got {_kind(value)}", line)
             return value
-        if cpp in _NUMERIC and (
-            isinstance(value, bool) or not isinstance(value, int | float | str)
-        ):
-            self.fail(path, f"expected an integer, got {_kind(value)}", line)
-        elif cpp in _FLOATS and (
-            isinstance(value, bool) or not isinstance(value, int | float | str)
-        ):
-            self.fail(path, f"expected a number, got {_kind(value)}", line)
+        if cpp in _NUMERIC:
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float | str)
+                or (isinstance(value, str) and not _INTEGER.match(value))
+            ):
+                self.fail(path, f"expected an integer, got {_kind(value)}", line)
+        elif cpp in _FLOATS:
+            if isinstance(value, str):
+                special = _FLOAT_WORDS.get(value.lower().lstrip("+"))
+                if value.startswith("-") and value.lower().lstrip("-") in ("inf", "infinity"):
+                    return "-Infinity"
+                if special is not None:
+                    return special
+                if not _FLOAT.match(value):
+                    self.fail(path, f"expected a number, got {_kind(value)}", line)
+            elif isinstance(value, bool) or not isinstance(value, int | float):
+                self.fail(path, f"expected a number, got {_kind(value)}", line)
         return value
 
-    def enum(self, field: FieldDescriptor, value: Any, path: str, line: int | None) -> Any:
+    def enum(self, field: _Field, value: Any, path: str, line: int | None) -> Any:
         if isinstance(value, bool) or not isinstance(value, int | str):
             if value is None:
-                return field.enum_type.values[0].name
-            self.fail(
-                path, f"expected a value of {field.enum_type.full_name}, got {_kind(value)}", line
-            )
+                return field.enum.values[0].name
+            self.fail(path, f"expected a value of {field.enum.full_name}, got {_kind(value)}", line)
             return value
         if isinstance(value, int):
             return value
-        names = _enum_names(field.enum_type)
+        names = _enum_names(field.enum)
         canonical = names.get(value.upper())
         if canonical is not None:
             return canonical
@@ -419,7 +461,7 @@ class Normalizer:
         choices = list(names.values())
         self.fail(
             path,
-            f"{value!r} is not a value of {field.enum_type.full_name}"
+            f"{value!r} is not a value of {field.enum.full_name}"
             + (
                 _suggest(value.upper(), list(names))
                 or f" (one of {', '.join(choices[:8])}"
@@ -431,10 +473,10 @@ class Normalizer:
         return value
 
 
-def _zero(field: FieldDescriptor) -> Any:
-    if field.cpp_type == FieldDescriptor.CPPTYPE_STRING:
+def _zero(field: _Field) -> Any:
+    if field.cpp == FieldDescriptor.CPPTYPE_STRING:
         return ""
-    if field.cpp_type == FieldDescriptor.CPPTYPE_BOOL:
+    if field.cpp == FieldDescriptor.CPPTYPE_BOOL:
         return False
     return 0
 
@@ -460,12 +502,6 @@ class FieldProblems(Exception):
 def parse_message(cls: type[Message], body: Mapping[str, Any], line: int | None = None) -> Message:
     """``body`` (a resource without its ``@type``) as a ``cls`` message, read as Envoy reads
     it; raises :class:`FieldProblems`."""
-    try:
-        # Most resources are in the strict proto3 JSON form, which json_format parses at once
-        # (everything it accepts, Envoy does). Only the others pay for the walk.
-        return json_format.ParseDict(body, cls())
-    except json_format.ParseError:
-        pass
     strict, problems = normalize(cls.DESCRIPTOR, body, line)
     if problems:
         raise FieldProblems(problems)
