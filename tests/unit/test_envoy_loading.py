@@ -224,7 +224,7 @@ def test_what_envoy_refuses_is_refused(tmp_path: Path, text: str, field: str, sa
 def test_an_unknown_field_is_refused_even_in_camel_case(tmp_path: Path) -> None:
     [problem] = problems_of(tmp_path, CLUSTER + "name: c\nconnectTimeot: 1s\n")
     assert problem.field == "connectTimeot"
-    assert "did you mean" in problem.message
+    assert "did you mean 'connect_timeout'?" in problem.message
 
 
 @pytest.mark.parametrize(

@@ -277,10 +277,14 @@ class Normalizer:
             key_line = lines.get(key, line)
             field = fields.get(key) if isinstance(key, str) else None
             if field is None:
-                names = [f.name for f in descriptor.fields]
+                # Matched against both spellings; the suggestion is in snake_case.
+                spellings = {f.json_name: f.name for f in descriptor.fields}
+                spellings.update((f.name, f.name) for f in descriptor.fields)
+                close = difflib.get_close_matches(str(key), list(spellings), n=1, cutoff=0.6)
+                hint = f"; did you mean {spellings[close[0]]!r}?" if close else ""
                 self.fail(
                     f"{path}.{key}" if path else str(key),
-                    f"no field {key!r} in {name}" + _suggest(str(key), names),
+                    f"no field {key!r} in {name}{hint}",
                     key_line,
                 )
                 continue
