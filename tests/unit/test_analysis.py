@@ -104,9 +104,7 @@ def _complete() -> list[Message]:
             route_configuration_name="scoped-target",
             # Envoy requires a key (validate.rules message.required; XDS013 otherwise).
             key=scoped_route_pb2.ScopedRouteConfiguration.Key(
-                fragments=[
-                    scoped_route_pb2.ScopedRouteConfiguration.Key.Fragment(string_key="a")
-                ]
+                fragments=[scoped_route_pb2.ScopedRouteConfiguration.Key.Fragment(string_key="a")]
             ),
         ),
         secret("server-cert"),
