@@ -4,8 +4,8 @@ Each block runs alone in a new interpreter, in a directory holding the certifica
 the pages name (``server.crt``, ``server.key``, ``ca.crt``, ``clients-ca.crt``). A block
 that serves until stopped is marked ``<!-- test: serves -->`` on the line before it: it must
 still be running, without a traceback, a few seconds later. One that needs something the
-test cannot give (a running etcd) is marked ``<!-- test: skip, REASON -->``. docs/api.md and
-docs/reference.md hold signatures, not programs, and are not read.
+test cannot give (a running etcd) is marked ``<!-- test: skip, REASON -->``.
+docs/reference.md holds mkdocstrings directives, not programs, and is not read.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from _pytest.mark import ParameterSet
 from ..tls_support import CertificateAuthority
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
-NOT_PROGRAMS = {"api.md", "reference.md"}
+NOT_PROGRAMS = {"reference.md"}
 SERVES_FOR = 4.0
 """Seconds a block marked ``serves`` must keep running."""
 _BLOCK = re.compile(r"(?m)^```python\n(.*?)^```", re.DOTALL)
