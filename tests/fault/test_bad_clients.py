@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Iterator
 import anyio
 import grpc
 import pytest
+from envoy.service.discovery.v3 import discovery_pb2
 
 from xdscore import (
     CLUSTER,
@@ -145,6 +146,24 @@ async def test_malformed_request(path: str, delta: bool, after_valid: bool) -> N
             failure = await call.failure()
         message = "DeltaDiscoveryRequest" if delta else "DiscoveryRequest"
         refused(plane, failure, GrpcStatus.INVALID_ARGUMENT, f"malformed {message}")
+        await still_served(plane, healthy)
+
+
+async def test_malformed_fetch_request() -> None:
+    """A unary Fetch with bytes that are not a request is refused with INVALID_ARGUMENT;
+    nothing else is disturbed, and the next Fetch on the same connection is answered."""
+    fetch = "/envoy.service.cluster.v3.ClusterDiscoveryService/FetchClusters"
+    async with control_plane() as plane, healthy_client(plane) as healthy:
+        async with channel(plane.target) as chan:
+            call = chan.channel.unary_unary(fetch)
+            plane.publish()  # pushed during the fault
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await call(b"\x0a\x05ab", timeout=5)
+            assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "malformed DiscoveryRequest" in (caught.value.details() or "")
+            answer = await call(request(node_id="poller").SerializeToString(), timeout=5)
+        assert generation_of(discovery_pb2.DiscoveryResponse.FromString(answer)) == plane.generation
+        assert plane.recorder.closed == {}  # a fetch is no stream
         await still_served(plane, healthy)
 
 

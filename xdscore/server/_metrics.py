@@ -110,6 +110,12 @@ class Metrics:
             "Streams ended cleanly because they reached their maximum age (rebalancing).",
             registry=r,
         )
+        self.fetches = Counter(
+            "xdscore_fetches",
+            "Unary Fetch calls answered, by type and gRPC status (ok, not_found, ...).",
+            ["type", "code"],
+            registry=r,
+        )
         self.connections_cut = Counter(
             "xdscore_connections_cut",
             "HTTP/2 connections the transport cut for abuse, by reason.",

@@ -30,6 +30,7 @@ from ._callbacks import ServerCallbacks, StreamInfo
 from ._catch_up import DEFAULT_CATCH_UP_TIMEOUT, CatchUp
 from ._csds import ClientStatus
 from ._driver import DELTA, SOTW, ByteStream, ServerDriver, call_back, describe
+from ._fetch import fetch
 from ._metrics import Metrics
 from ._pacer import Pacer, Pacing
 from ._rebalance import Rebalancing, Recycler
@@ -161,6 +162,11 @@ class XdsServer:
         """Whether a transport listens and the cache has something to serve."""
         return self.serving and not self._closed and bool(getattr(self.cache, "ready", True))
 
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called: new streams and fetches are refused."""
+        return self._closed
+
     def close(self) -> None:
         """End every stream and refuse new ones."""
         self._closed = True
@@ -236,6 +242,33 @@ class XdsServer:
             # The error's traceback holds this frame: keeping it here would be a cycle that
             # keeps the stream's whole state until a full collection.
             error = None
+
+    async def fetch(
+        self,
+        data: bytes,
+        *,
+        type_url: str,
+        peer: str = "",
+        identity: PeerIdentity | None = None,
+    ) -> bytes:
+        """Answer one unary ``Fetch<Type>`` call of the per-type service for ``type_url``:
+        the encoded ``DiscoveryResponse`` to the encoded ``DiscoveryRequest`` ``data``.
+
+        Answered from the same view and with the same rules as a SotW stream's first
+        request (see :mod:`xdscore.server._fetch`). Raises :class:`~xdscore.ProtocolError`
+        with the status the call should end with: NOT_FOUND when the cache serves this node
+        nothing of the type, FAILED_PRECONDITION ("not modified") when ``version_info`` is
+        the current version, PERMISSION_DENIED, INVALID_ARGUMENT, RESOURCE_EXHAUSTED, or
+        UNAVAILABLE while closing.
+        """
+        return await fetch(
+            self,
+            data,
+            fetch_id=next(self._ids),
+            type_url=type_url,
+            peer=peer,
+            identity=identity,
+        )
 
     @property
     def syncing(self) -> int:

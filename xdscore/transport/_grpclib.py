@@ -1,7 +1,8 @@
 """The grpclib transport: ADS and every per-type discovery service on one port.
 
 The adapter moves bytes only: a pass-through codec keeps grpclib from decoding anything,
-each gRPC stream is handed to :meth:`XdsServer.run_stream` as a byte stream, and a
+each gRPC stream is handed to :meth:`XdsServer.run_stream` as a byte stream (each unary
+``Fetch<Type>`` call's request to :meth:`XdsServer.fetch`), and a
 :class:`~xdscore.ProtocolError` the runtime raises becomes the gRPC status it carries.
 The gRPC method names of every type come from the type registry. The Client Status
 Discovery Service (CSDS) is served on the same port.
@@ -145,6 +146,9 @@ class GrpclibTransport:
             if info.delta_method is not None:
                 handler = self._stream(info.type_url, delta=True)
                 self._add(mapping, f"/{info.service}/{info.delta_method}", handler)
+            if info.fetch_method is not None:
+                handler = self._fetch(info.type_url)
+                self._add(mapping, f"/{info.service}/{info.fetch_method}", handler, unary=True)
         self._add(mapping, f"/{_CSDS}/StreamClientStatus", self._status_stream)
         self._add(mapping, f"/{_CSDS}/FetchClientStatus", self._status_fetch, unary=True)
         self._grpc = _Server(
@@ -197,6 +201,25 @@ class GrpclibTransport:
                         peer=peer,
                         identity=peer_identity(stream.peer.cert()),
                     )
+
+        return handle
+
+    def _fetch(self, type_url: str) -> _Handler:
+        server = self.server
+
+        async def handle(stream: grpclib.server.Stream[Any, Any]) -> None:
+            peer = _peer(stream)
+            async with _statuses(peer):
+                data = await self._wrap(stream).receive()
+                if data is None:
+                    raise RemoteProtocolError("the call carried no request")
+                answer = await server.fetch(
+                    data,
+                    type_url=type_url,
+                    peer=peer,
+                    identity=peer_identity(stream.peer.cert()),
+                )
+                await stream.send_message(answer)
 
         return handle
 

@@ -83,6 +83,8 @@ class TypeInfo:
     """Fully qualified per-type discovery service, when the type has one."""
     sotw_method: str | None = None
     delta_method: str | None = None
+    fetch_method: str | None = None
+    """The unary ``Fetch<stem>`` method of the service, when it defines one."""
 
     @property
     def message_name(self) -> str:
@@ -91,11 +93,13 @@ class TypeInfo:
 
 
 def _served(service: str, stem: str, **properties: Any) -> TypeInfo:
-    """A type with the usual streaming methods: ``Stream<stem>`` and ``Delta<stem>``."""
+    """A type with the usual methods: ``Stream<stem>``, ``Delta<stem>`` and the unary
+    ``Fetch<stem>``."""
     return TypeInfo(
         service=service,
         sotw_method=f"Stream{stem}",
         delta_method=f"Delta{stem}",
+        fetch_method=f"Fetch{stem}",
         **properties,
     )
 
