@@ -9,6 +9,7 @@ from typing import Any, NoReturn
 from ..protocol._subscription import Subscription
 from ..protocol._view import Selection
 from ..wire._messages import make_resource
+from ..wire._names import canonical_name
 from ..wire._records import Node
 from ..wire._resource import Resource
 from ._interface import Cancel, Notify
@@ -139,7 +140,7 @@ class LinearCache:
 
     def get(self, name: str) -> Resource | None:
         """The resource called ``name``, if any."""
-        return self._resources.get(name)
+        return self._resources.get(canonical_name(name))
 
     def set_resource(self, resource: Resource | Any, *, name: str | None = None) -> None:
         """Add or replace one resource (a Resource, protobuf/betterproto2 message or bytes)."""
@@ -173,7 +174,7 @@ class LinearCache:
                 self._resources[resource.name] = resource
                 self._pending.add(resource.name)
                 changed = True
-        for name in delete:
+        for name in map(canonical_name, delete):
             if self._resources.pop(name, None) is not None:
                 self._pending.add(name)
                 changed = True

@@ -30,6 +30,7 @@ from collections.abc import Iterable, Mapping
 import attrs
 
 from .._errors import GrpcStatus, LocalProtocolError
+from ..wire._names import canonical_names
 from ..wire._records import DeltaDiscoveryRequest, DeltaDiscoveryResponse, ErrorDetail, Node
 from ..wire._resource import Resource
 from ..wire._typeurls import type_info
@@ -96,7 +97,7 @@ class DeltaClient:
         No names on the first request of a wildcard-capable type is the legacy wildcard.
         Names held through the wildcard become explicitly requested, keeping their version.
         """
-        added = tuple(sorted(set(names)))
+        added = tuple(sorted(set(canonical_names(names))))
         state = self._types.get(type_url)
         if state is None:
             info = type_info(type_url)
@@ -132,7 +133,7 @@ class DeltaClient:
         state = self._types.get(type_url)
         if state is None:
             raise LocalProtocolError(f"never subscribed to {type_url!r}")
-        removed = tuple(sorted(set(names)))
+        removed = tuple(sorted(set(canonical_names(names))))
         requested = dict(state.requested)
         ambiguous = dict(state.ambiguous)
         received = dict(state.wildcard_received)

@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 import attrs
 
 from .._errors import GrpcStatus, LocalProtocolError
+from ..wire._names import canonical_names
 from ..wire._records import DiscoveryRequest, DiscoveryResponse, ErrorDetail, Node
 from ..wire._resource import Resource
 from ..wire._typeurls import type_info
@@ -97,7 +98,7 @@ class SotwClient:
         """
         info = type_info(type_url)
         previous = self._types.get(type_url)
-        listed = () if names is None else tuple(sorted(set(names)))
+        listed = () if names is None else tuple(sorted(set(canonical_names(names))))
         if names is None and not info.wildcard_capable:
             raise LocalProtocolError(f"{info.short_name} cannot be watched with a wildcard")
         subscription = Subscription.sotw(

@@ -18,6 +18,7 @@ from ._codec import (
     encode_sotw_response,
 )
 from ._messages import make_resource
+from ._names import canonical_name
 from ._node import make_node
 from ._records import (
     DeltaDiscoveryRequest,
@@ -72,6 +73,7 @@ __all__ = [
     "TypeInfo",
     "all_types",
     "by_short_name",
+    "canonical_name",
     "content_version",
     "decode_delta_request",
     "decode_delta_response",

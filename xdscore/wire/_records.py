@@ -1,6 +1,8 @@
 """Decoded protocol messages as small immutable records.
 
-The state machines work on these, never on protobuf objects; the codec builds them.
+The state machines work on these, never on protobuf objects; the codec builds them. Every
+resource name a record carries is converted to canonical form (:mod:`xdscore.wire._names`)
+when the record is made, so requests are compared with resources in one form.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from collections.abc import Mapping
 
 import attrs
 
+from ._names import canonical_name, canonical_names
 from ._resource import Resource
 
 __all__ = [
@@ -20,6 +23,13 @@ __all__ = [
     "Locality",
     "Node",
 ]
+
+
+def _canonical_keys(versions: Mapping[str, str]) -> Mapping[str, str]:
+    """``versions`` with its names in canonical form (the same mapping if none changes)."""
+    if all(canonical_name(name) == name for name in versions):
+        return versions
+    return {canonical_name(name): version for name, version in versions.items()}
 
 
 @attrs.frozen(kw_only=True)
@@ -63,7 +73,7 @@ class DiscoveryRequest:
 
     type_url: str = ""
     version_info: str = ""
-    resource_names: tuple[str, ...] = ()
+    resource_names: tuple[str, ...] = attrs.field(default=(), converter=canonical_names)
     response_nonce: str = ""
     error_detail: ErrorDetail | None = None
     node: Node | None = None
@@ -74,9 +84,11 @@ class DeltaDiscoveryRequest:
     """An incremental (Delta) request."""
 
     type_url: str = ""
-    resource_names_subscribe: tuple[str, ...] = ()
-    resource_names_unsubscribe: tuple[str, ...] = ()
-    initial_resource_versions: Mapping[str, str] = attrs.field(factory=dict)
+    resource_names_subscribe: tuple[str, ...] = attrs.field(default=(), converter=canonical_names)
+    resource_names_unsubscribe: tuple[str, ...] = attrs.field(default=(), converter=canonical_names)
+    initial_resource_versions: Mapping[str, str] = attrs.field(
+        factory=dict, converter=_canonical_keys
+    )
     response_nonce: str = ""
     error_detail: ErrorDetail | None = None
     node: Node | None = None
@@ -101,5 +113,5 @@ class DeltaDiscoveryResponse:
     system_version_info: str = ""
     nonce: str = ""
     resources: tuple[Resource, ...] = ()
-    removed_resources: tuple[str, ...] = ()
+    removed_resources: tuple[str, ...] = attrs.field(default=(), converter=canonical_names)
     control_plane: str = ""

@@ -34,6 +34,7 @@ from envoy.extensions.transport_sockets.tls.v3 import tls_pb2
 from google.protobuf import any_pb2
 from google.protobuf.message import DecodeError, Message
 
+from ._names import canonical_name
 from ._typeurls import CLUSTER, ENDPOINT, EXTENSION_CONFIG, LISTENER, ROUTE, SCOPED_ROUTE, SECRET
 
 __all__ = [
@@ -51,10 +52,13 @@ _EDS = cluster_pb2.Cluster.DiscoveryType.Value("EDS")
 
 @attrs.frozen(order=True)
 class Reference:
-    """A reference to the resource ``name`` of type ``type_url``; ``field`` says from where."""
+    """A reference to the resource ``name`` of type ``type_url``; ``field`` says from where.
+
+    ``name`` is in canonical form, as resource names are (:func:`~xdscore.wire.canonical_name`).
+    """
 
     type_url: str
-    name: str
+    name: str = attrs.field(converter=canonical_name)
     field: str = attrs.field(eq=False, order=False)
 
 

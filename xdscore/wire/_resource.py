@@ -14,6 +14,7 @@ import hashlib
 import attrs
 
 from ._framing import bytes_field, string_field
+from ._names import canonical_name
 from ._references import Reference, references
 
 __all__ = ["VERSION_BYTES", "Resource", "content_version"]
@@ -29,10 +30,15 @@ def content_version(payload: bytes) -> str:
 
 @attrs.frozen(kw_only=True)
 class Resource:
-    """One named xDS resource of type ``type_url``, with its encoded message ``body``."""
+    """One named xDS resource of type ``type_url``, with its encoded message ``body``.
+
+    ``name`` is kept in canonical form (``xdstp://`` context parameters sorted, see
+    :func:`~xdscore.wire.canonical_name`), which is how it is compared and sent; ``body`` is
+    not rewritten.
+    """
 
     type_url: str
-    name: str
+    name: str = attrs.field(converter=canonical_name)
     body: bytes = attrs.field(repr=False, eq=False)
     version: str = attrs.field()
     aliases: tuple[str, ...] = ()

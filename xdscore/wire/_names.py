@@ -1,0 +1,128 @@
+"""The canonical form of resource names: ``xdstp://`` names with their context parameters sorted.
+
+xRFC TP1 ("Normalization"): two ``xdstp://`` URNs are equivalent when they match component
+by component, whatever the order of their context parameters. A resource built as
+``…/r?zone=z1&app=web`` and a request for ``…/r?app=web&zone=z1`` name the same resource, so
+the library compares names only in one canonical form, made here and nowhere else:
+:class:`~xdscore.wire.Resource` and :class:`~xdscore.wire.Reference` convert their ``name``,
+and the request records convert every name they carry (the codec builds them).
+
+The canonical form is the one Envoy sends. Envoy canonicalises every ``xdstp://`` name before
+it subscribes (its gRPC muxes decode the URN and re-encode it with the context parameters
+sorted) and again each name it receives before matching it to a watch, so a server answering
+in this form answers with exactly the string Envoy asked for. gRPC's xDS client also sorts the
+query parameters of a name it parses, on both sides. The form, per Envoy's URN codec:
+
+* the authority, the id and each parameter key and value are percent-decoded, then encoded
+  again: every byte below ``0x20`` or from ``0x7E`` (``~``) up, and ``%``, as ``%XX`` in
+  upper case; also ``/ ? #`` in the authority, ``? # [ ]`` in the id (``/`` stays the path
+  separator, so ``%2F`` in an id becomes ``/``), ``# [ ] & =`` in keys and values;
+* the resource type is kept as it is; an empty id drops its slash;
+* the parameters are split on ``&`` and at the first ``=`` (no ``=``: an empty value), the
+  first value of a repeated key wins, and the encoded ``key=value`` strings are sorted;
+* there is no fragment: URNs carry no processing directives (TP1; ``#alt=`` and ``#entry=``
+  belong to resource locators, which the client resolves before it asks), and a ``#`` in a
+  name is data, encoded ``%23``, as Envoy decodes it.
+
+A name that is not ``xdstp://``, or has no resource type, is returned unchanged.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable
+
+__all__ = ["canonical_name", "canonical_names"]
+
+_SCHEME = "xdstp://"
+_HEX = b"0123456789abcdefABCDEF"
+_AUTHORITY = frozenset(b"%/?#")
+_ID = frozenset(b"%?#[]")
+_PARAM = frozenset(b"%#[]&=")
+
+
+def canonical_name(name: str) -> str:
+    """``name`` in canonical form: ``xdstp://`` context parameters sorted (see the module)."""
+    if not name.startswith("xdstp:"):
+        return name
+    return _canonical_xdstp(name)
+
+
+def canonical_names(names: Iterable[str]) -> tuple[str, ...]:
+    """Every name of ``names`` in canonical form, in order (the same tuple if none changes)."""
+    listed = names if isinstance(names, tuple) else tuple(names)
+    if not any(name.startswith("xdstp:") for name in listed):
+        return listed
+    return tuple(canonical_name(name) for name in listed)
+
+
+@functools.lru_cache(maxsize=8192)
+def _canonical_xdstp(name: str) -> str:
+    if not name.startswith(_SCHEME):
+        return name
+    rest = name[len(_SCHEME) :]
+    slash = rest.find("/")
+    if slash < 0:
+        return name
+    host, path = rest[:slash], rest[slash + 1 :]
+    query: str | None = None
+    mark = path.find("?")
+    if mark >= 0:
+        path, query = path[:mark], path[mark + 1 :]
+    resource_type, _, raw_id = path.partition("/")
+    if not resource_type:
+        return name
+    parts = [_SCHEME, _encode(_decode(host), _AUTHORITY), "/", resource_type]
+    identifier = _decode(raw_id)
+    if identifier:
+        parts += ["/", _encode(identifier, _ID)]
+    if query:
+        params = _params(query)
+        if params:
+            encoded = sorted(
+                f"{_encode(key, _PARAM)}={_encode(value, _PARAM)}" for key, value in params.items()
+            )
+            parts += ["?", "&".join(encoded)]
+    return "".join(parts)
+
+
+def _params(query: str) -> dict[bytes, bytes]:
+    """The context parameters of ``query`` (what follows the first ``?``), decoded."""
+    pieces = query.split("&")
+    if pieces[-1] == "":
+        pieces.pop()  # a trailing "&" ends the list; an empty piece elsewhere is a key ""
+    params: dict[bytes, bytes] = {}
+    for piece in pieces:
+        key, _, value = piece.partition("=")
+        params.setdefault(_decode(key), _decode(value))
+    return params
+
+
+def _decode(text: str) -> bytes:
+    """``text`` as UTF-8 with its ``%XX`` escapes decoded (a malformed escape stays as is)."""
+    data = text.encode()
+    if b"%" not in data:
+        return data
+    out = bytearray()
+    i = 0
+    while i < len(data):
+        byte = data[i]
+        if byte == 0x25 and _is_hex(data[i + 1 : i + 3]):
+            out.append(int(data[i + 1 : i + 3], 16))
+            i += 3
+        else:
+            out.append(byte)
+            i += 1
+    return bytes(out)
+
+
+def _is_hex(pair: bytes) -> bool:
+    return len(pair) == 2 and pair[0] in _HEX and pair[1] in _HEX
+
+
+def _encode(data: bytes, reserved: frozenset[int]) -> str:
+    """``data`` percent-encoded as Envoy does it: controls, ``~`` and above, and ``reserved``."""
+    return "".join(
+        f"%{byte:02X}" if byte < 0x20 or byte >= 0x7E or byte in reserved else chr(byte)
+        for byte in data
+    )
