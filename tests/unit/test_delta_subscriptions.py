@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 from envoy.config.route.v3 import route_components_pb2
+from envoy.service.discovery.v3 import discovery_pb2
 
 from xdscore import (
     CLUSTER,
@@ -21,6 +22,7 @@ from xdscore import (
 )
 from xdscore.protocol import (
     WILDCARD,
+    DeltaServer,
     StreamState,
     SubscriptionChanged,
 )
@@ -233,7 +235,8 @@ def test_inv32_first_request_with_only_an_unsubscribe_is_not_legacy_wildcard() -
     subscription = machine.type_states()[CLUSTER].subscription
     assert not subscription.wildcard
     assert subscription.empty
-    assert machine.poll(Snapshot([CL_A])) == []
+    # Nothing is subscribed: the first request is answered with nothing, once.
+    assert_empty_answer(machine, Snapshot([CL_A]))
 
 
 def test_inv16_empty_first_request_for_a_non_wildcard_type_means_nothing() -> None:
@@ -241,7 +244,15 @@ def test_inv16_empty_first_request_for_a_non_wildcard_type_means_nothing() -> No
     start(machine, ENDPOINT)
     subscription = machine.type_states()[ENDPOINT].subscription
     assert subscription.empty
-    assert machine.poll(Snapshot([EP_A, EP_B])) == []
+    assert_empty_answer(machine, Snapshot([EP_A, EP_B]))
+
+
+def assert_empty_answer(machine: DeltaServer, snapshot: Snapshot) -> None:
+    """The first request asked for nothing: one empty response, then nothing."""
+    response = only(machine.poll(snapshot))
+    assert (response.resources, response.removed) == ((), ())
+    ack(machine, response)
+    assert machine.poll(snapshot) == []
 
 
 def test_inv17_explicit_wildcard_for_a_named_type() -> None:
@@ -303,7 +314,7 @@ def test_inv17_clearing_every_name_after_legacy_wildcard_means_nothing() -> None
     change(machine, CLUSTER, unsubscribe=["a"])
     subscription = machine.type_states()[CLUSTER].subscription
     assert subscription.empty
-    assert machine.poll(Snapshot([CL_A, CL_B])) == []
+    assert_empty_answer(machine, Snapshot([CL_A, CL_B]))
 
 
 # --- 33. VHDS aliases ------------------------------------------------------------------------
@@ -366,3 +377,90 @@ def test_inv33_vhds_subscription_by_name_is_answered_with_aliases() -> None:
     response = only(machine.poll(Snapshot([host])))
     assert response.resources == (host,)
     assert response.resources[0].aliases == ("rc/example.com",)
+
+
+def test_inv33_unknown_alias_is_answered_with_an_alias_only_entry() -> None:
+    # Envoy waits for an entry carrying the alias it asked for; a removal would not end
+    # its wait (xds_protocol.rst, VHDS aliases).
+    machine = stream()
+    start(machine, VIRTUAL_HOST, ["rc/unknown.com"])
+    snapshot = Snapshot([vhost(["example.com"])])
+    response = only(machine.poll(snapshot))
+    assert_well_formed(response)
+    assert response.resources == (Resource.unresolved(VIRTUAL_HOST, "rc/unknown.com"),)
+    entry = response.resources[0]
+    assert (entry.name, entry.aliases, entry.name_only) == (
+        "rc/unknown.com",
+        ("rc/unknown.com",),
+        True,
+    )
+    assert response.removed == ()
+    ack(machine, response)
+    # Held and still unresolved: nothing more, even after an unrelated change.
+    assert machine.poll(snapshot) == []
+    assert (
+        machine.poll(Snapshot([vhost(["example.com"]), vhost(["x.com"], "rc/vh2", "rc/x.com")]))
+        == []
+    )
+    # Asked again (Envoy asks again for each new request to the host): answered again.
+    change(machine, VIRTUAL_HOST, ["rc/unknown.com"])
+    assert only(machine.poll(snapshot)).resources == (entry,)
+
+
+def test_inv33_host_added_after_an_unknown_alias_is_pushed() -> None:
+    machine = stream()
+    start(machine, VIRTUAL_HOST, ["rc/later.com"])
+    ack(machine, only(machine.poll(Snapshot([vhost(["example.com"])]))))
+    later = vhost(["later.com"], name="rc/vh2", alias="rc/later.com")
+    response = only(machine.poll(Snapshot([vhost(["example.com"]), later])))
+    assert response.resources == (later,)
+    assert response.removed == ()
+    ack(machine, response)
+    # The host goes again: the resource is removed, the alias is not answered again.
+    response = only(machine.poll(Snapshot([vhost(["example.com"])])))
+    assert (response.resources, response.removed) == ((), ("rc/vh2",))
+
+
+def test_inv33_unknown_alias_unsubscribed_is_forgotten() -> None:
+    machine = stream()
+    start(machine, VIRTUAL_HOST, ["rc/unknown.com"])
+    snapshot = Snapshot([vhost(["example.com"])])
+    ack(machine, only(machine.poll(snapshot)), unsubscribe=["rc/unknown.com"])
+    assert "rc/unknown.com" not in machine.type_states()[VIRTUAL_HOST].held_versions
+    assert machine.poll(Snapshot([])) == []
+
+
+def test_inv33_other_types_still_remove_unknown_names() -> None:
+    machine = stream()
+    start(machine, ENDPOINT, ["missing"])
+    response = only(machine.poll(Snapshot([EP_A])))
+    assert (response.resources, response.removed) == ((), ("missing",))
+
+
+def test_inv33_empty_first_vhds_request_is_answered_before_the_view_serves_the_type() -> None:
+    # Envoy's VHDS subscribes by namespace: its first request names nothing, and its
+    # listener waits for an answer (15 s initial fetch timeout otherwise).
+    machine = stream()
+    start(machine, VIRTUAL_HOST)
+    response = only(machine.poll(Snapshot([EP_A])), VIRTUAL_HOST)
+    assert (response.resources, response.removed) == ((), ())
+    ack(machine, response)
+    assert machine.poll(Snapshot([EP_A])) == []
+    # A host asked for later is answered as usual.
+    change(machine, VIRTUAL_HOST, ["rc/example.com"])
+    assert sent(only(machine.poll(Snapshot([vhost(["example.com"])])))) == ["rc/vh1"]
+
+
+def test_inv33_alias_only_entry_has_no_body_on_the_wire() -> None:
+    wire = discovery_pb2.DeltaDiscoveryResponse.FromString(
+        Resource.unresolved(VIRTUAL_HOST, "rc/unknown.com").delta_entry
+    )
+    (item,) = wire.resources
+    assert item.name == "rc/unknown.com"
+    assert list(item.aliases) == ["rc/unknown.com"]
+    assert item.version
+    assert not item.HasField("resource")
+    (full,) = discovery_pb2.DeltaDiscoveryResponse.FromString(
+        vhost(["a.com"]).delta_entry
+    ).resources
+    assert full.HasField("resource")

@@ -8,6 +8,9 @@ Envoy's proto3 JSON mapping, each with its ``@type``, as:
 * a list of resources;
 * ``{"resources": [...]}``, the layout of Envoy's own file-based subscriptions.
 
+A resource wrapped in an ``envoy.service.discovery.v3.Resource`` entry takes that entry's
+``aliases`` (virtual hosts only, for VHDS).
+
 Every problem in the directory is collected and reported together, each with its file and
 document, and a directory with any problem yields no snapshot at all.
 
@@ -496,10 +499,82 @@ def _resource(entry: Any) -> Resource:
         raise _EntryError(
             f"invalid {type_info(type_url).short_name} resource", exc.problems
         ) from None
+    if type_url == WRAPPED:
+        return _wrapped(message)
     try:
         return make_resource(message)
     except (TypeError, ValueError) as exc:
         raise _EntryError(str(exc)) from None
+
+
+WRAPPED = "type.googleapis.com/envoy.service.discovery.v3.Resource"
+"""An entry of this ``@type`` wraps one resource (its ``resource``) to give it ``aliases``."""
+
+
+def _wrapped(wrapper: Any) -> Resource:
+    """The resource an ``envoy.service.discovery.v3.Resource`` entry wraps, with its aliases."""
+    where = "envoy.service.discovery.v3.Resource"
+    if not wrapper.HasField("resource") or not wrapper.resource.type_url:
+        raise _EntryError(f"{where} without its 'resource' (with its '@type')")
+    unsupported = [
+        field
+        for field in ("version", "ttl", "cache_control", "metadata")
+        if (getattr(wrapper, field) if field == "version" else wrapper.HasField(field))
+    ]
+    if unsupported:
+        raise _EntryError(
+            f"{where}: {', '.join(repr(f) for f in unsupported)} cannot be given here "
+            "(versions are computed from the content; only 'name', 'aliases' and 'resource' "
+            "are read)"
+        )
+    type_url = wrapper.resource.type_url
+    inner = message_class(type_url)()
+    inner.ParseFromString(wrapper.resource.value)
+    try:
+        resource = make_resource(inner, aliases=tuple(wrapper.aliases))
+    except (TypeError, ValueError) as exc:
+        raise _EntryError(str(exc)) from None
+    if wrapper.name and wrapper.name != resource.name:
+        raise _EntryError(
+            f"{where}: 'name' {wrapper.name!r} is not the name of its resource "
+            f"({resource.name!r}); leave it out or make them equal"
+        )
+    if resource.aliases and not type_info(type_url).aliased:
+        raise _EntryError(
+            f"{where}: aliases are only for virtual hosts (VHDS), not for "
+            f"{type_info(type_url).short_name} resources"
+        )
+    for alias in resource.aliases:
+        if not alias:
+            raise _EntryError(f"{where}: an empty alias")
+    if len(set(resource.aliases)) != len(resource.aliases):
+        raise _EntryError(f"{where}: an alias is given twice")
+    return resource
+
+
+def _alias_problems(resources: Sequence[tuple[str, Resource]]) -> list[Problem]:
+    """An alias must name one resource: not two, and not another resource by its name."""
+    problems: list[Problem] = []
+    names = {(r.type_url, r.name) for _, r in resources}
+    claimed: dict[tuple[str, str], str] = {}
+    for where, resource in resources:
+        for alias in resource.aliases:
+            key = (resource.type_url, alias)
+            if key in names and alias != resource.name:
+                problems.append(
+                    Problem(
+                        where, f"alias {alias!r} of {resource.name!r} is another resource's name"
+                    )
+                )
+            elif key in claimed:
+                problems.append(
+                    Problem(
+                        where, f"alias {alias!r} of {resource.name!r} is also one of {claimed[key]}"
+                    )
+                )
+            else:
+                claimed[key] = f"{resource.name!r} ({where})"
+    return problems
 
 
 def parse_files(
@@ -538,6 +613,7 @@ def parse_files(
                     problems.extend(_entry_problems(entry_where, exc))
                 except RecursionError:
                     problems.append(Problem(entry_where, "nested too deeply"))
+    problems += _alias_problems(resources)
     return resources, problems
 
 

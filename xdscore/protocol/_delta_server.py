@@ -33,6 +33,11 @@ A response carries, for each name the subscription wants, the resource when the 
 does not hold its version (or the name is owed), and in ``removed_resources`` every name the
 client holds (or is owed) that does not exist or is no longer wanted. No name appears twice
 and never in both lists. ``system_version_info`` is the type's content version, for debugging.
+For an aliased type (VHDS), a name subscribed to that resolves to no resource, by name or by
+alias, is answered with an entry carrying that name as its alias and no body
+(:meth:`Resource.unresolved`): Envoy resumes the request paused on that alias only when an
+entry carrying it arrives. A first request that asks for nothing is answered, once, with an
+empty response.
 
 On ADS, sending a type that others warm on (``warms_on`` in the type registry: clusters on
 their endpoints) makes the names it refers to owed, because a cluster warms until its
@@ -266,10 +271,16 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
         state = self._types[type_url]
         if state.outstanding is not None:
             return None
+        subscription = state.subscription
+        if not state.answered and subscription.empty and not state.held_versions:
+            # Nothing is asked for, whatever the view holds: an empty answer, so that the
+            # client does not wait out its initial fetch timeout (Envoy's VHDS subscribes by
+            # namespace, with an empty first request).
+            return self._send(type_url, state, [], [], view, synced=state.synced)
         resources = view.resources(type_url)
         if resources is None or (state.synced is resources and not state.owed):
             return None
-        subscription = state.subscription
+        aliased = type_info(type_url).aliased
         due: dict[str, Resource] = {}
         removed: list[str] = []
         recognised: dict[str, Resource] = {}
@@ -284,6 +295,8 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
             resource = self._lookup(type_url, resources, name)
             if resource is not None and not _wanted(subscription, name, resource):
                 resource = None
+            if resource is None and aliased and name in subscription.names:
+                resource = _unresolved(type_url, name, owed, state.held_versions)
             if resource is not None:
                 key = resource.name
                 held = state.held_versions.get(key)
@@ -310,13 +323,24 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
             if deferred:
                 sending = [r for r in sending if r.name not in decided.wait]
                 removed = [name for name in removed if name not in decided.keep]
-        if not sending and not removed and (state.answered or deferred or subscription.empty):
-            self._types[type_url] = attrs.evolve(
-                state,
-                synced=None if deferred else resources,
-                owed=state.owed & deferred,
-            )
+        synced = None if deferred else resources
+        if not sending and not removed and (state.answered or deferred):
+            self._types[type_url] = attrs.evolve(state, synced=synced, owed=state.owed & deferred)
             return None
+        return self._send(type_url, state, sending, removed, view, synced=synced, owed=deferred)
+
+    def _send(
+        self,
+        type_url: str,
+        state: DeltaTypeState,
+        sending: list[Resource],
+        removed: list[str],
+        view: ResourceView,
+        *,
+        synced: Mapping[str, Resource] | None,
+        owed: frozenset[str] = _EMPTY,
+    ) -> DeltaResponse:
+        """Put ``sending`` and ``removed`` in flight; ``owed`` stays owed (deferred names)."""
         everything = view.select(type_url, EVERYTHING)
         move = step("delta", type_url, state.phase, Input.RESPOND)
         response = DeltaResponse(
@@ -332,8 +356,8 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
             outstanding=response,
             latest_nonce=response.nonce,
             answered=True,
-            owed=state.owed & deferred,
-            synced=None if deferred else resources,
+            owed=state.owed & owed,
+            synced=synced,
         )
         if self.aggregated:
             self._owe_warming(type_url, response.resources)
@@ -458,6 +482,18 @@ def _wanted(subscription: Subscription, name: str, resource: Resource) -> bool:
         or subscription.wants(resource.name)
         or any(subscription.wants(alias) for alias in resource.aliases)
     )
+
+
+def _unresolved(
+    type_url: str, name: str, owed: bool, held_versions: Mapping[str, str]
+) -> Resource | None:
+    """What answers ``name``, subscribed to by name but resolving to nothing, of an aliased
+    type: the alias-only entry, when the name is owed an answer or the client holds that
+    entry already (then it is up to date); ``None`` (a removal, if due) otherwise."""
+    entry = Resource.unresolved(type_url, name)
+    if owed or held_versions.get(name) == entry.version:
+        return entry
+    return None
 
 
 def _unique(*sources: Iterable[str]) -> Iterator[str]:

@@ -44,10 +44,20 @@ class Resource:
     aliases: tuple[str, ...] = ()
     message: object = attrs.field(default=None, eq=False, repr=False)
     """The typed message the resource was built from, if any (never used on a hot path)."""
+    name_only: bool = False
+    """A Delta entry without a body: its name, version and aliases only (see
+    :meth:`unresolved`)."""
 
     @version.default
     def _hash_body(self) -> str:
         return content_version(self.body)
+
+    @classmethod
+    def unresolved(cls, type_url: str, alias: str) -> Resource:
+        """The answer to a subscription by ``alias`` that names nothing: an entry called
+        ``alias``, with ``alias`` as its alias and no body (VHDS: Envoy matches the pending
+        request by the alias, and finds no virtual host)."""
+        return cls(type_url=type_url, name=alias, body=b"", aliases=(alias,), name_only=True)
 
     @functools.cached_property
     def any_bytes(self) -> bytes:
@@ -69,7 +79,7 @@ class Resource:
         """This resource as one ``resources`` entry of a ``DeltaDiscoveryResponse``."""
         wrapper = (
             string_field(1, self.version)
-            + bytes_field(2, self.any_bytes)
+            + (b"" if self.name_only else bytes_field(2, self.any_bytes))
             + string_field(3, self.name)
             + b"".join(string_field(4, alias) for alias in self.aliases)
         )
