@@ -36,8 +36,9 @@ and never in both lists. ``system_version_info`` is the type's content version, 
 For an aliased type (VHDS), a name subscribed to that resolves to no resource, by name or by
 alias, is answered with an entry carrying that name as its alias and no body
 (:meth:`Resource.unresolved`): Envoy resumes the request paused on that alias only when an
-entry carrying it arrives. A first request that asks for nothing is answered, once, with an
-empty response.
+entry carrying it arrives. A first request that asks for nothing gets no answer (Envoy's
+first VHDS request names nothing and waits for a virtual host of the route configuration's
+namespace, which an empty answer would not give it either).
 
 On ADS, sending a type that others warm on (``warms_on`` in the type registry: clusters on
 their endpoints) makes the names it refers to owed, because a cluster warms until its
@@ -272,11 +273,6 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
         if state.outstanding is not None:
             return None
         subscription = state.subscription
-        if not state.answered and subscription.empty and not state.held_versions:
-            # Nothing is asked for, whatever the view holds: an empty answer, so that the
-            # client does not wait out its initial fetch timeout (Envoy's VHDS subscribes by
-            # namespace, with an empty first request).
-            return self._send(type_url, state, [], [], view, synced=state.synced)
         resources = view.resources(type_url)
         if resources is None or (state.synced is resources and not state.owed):
             return None
@@ -324,7 +320,7 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
                 sending = [r for r in sending if r.name not in decided.wait]
                 removed = [name for name in removed if name not in decided.keep]
         synced = None if deferred else resources
-        if not sending and not removed and (state.answered or deferred):
+        if not sending and not removed and (state.answered or deferred or subscription.empty):
             self._types[type_url] = attrs.evolve(state, synced=synced, owed=state.owed & deferred)
             return None
         return self._send(type_url, state, sending, removed, view, synced=synced, owed=deferred)
