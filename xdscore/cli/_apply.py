@@ -13,8 +13,8 @@ from ..config import (
     ConfigError,
     load_directory_async,
 )
-from ..etcd import DEFAULT_PREFIX, EtcdError, apply_state, connect
-from ._common import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from ..etcd import DEFAULT_PREFIX, EtcdError, apply_state
+from ._common import EXIT_FAILED, EXIT_OK, connect_etcd
 from ._common import positive as _positive
 
 __all__ = ["add_parser", "run"]
@@ -72,14 +72,9 @@ async def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"xdscore: cannot apply {directory}: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    try:
-        client = connect(args.etcd)
-    except ValueError as exc:
-        print(f"xdscore: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except EtcdError as exc:
-        print(f"xdscore: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+    client = connect_etcd(args.etcd, f"cannot apply {directory}")
+    if isinstance(client, int):
+        return client
     try:
         # The directory was checked by the loader, as serve checks it: not again here.
         result = await apply_state(

@@ -7,6 +7,7 @@ import logging
 import math
 import sys
 from collections.abc import Callable
+from typing import Any
 
 from pythonjsonlogger.json import JsonFormatter
 
@@ -17,6 +18,7 @@ __all__ = [
     "LOG_LEVELS",
     "QUIET_LOGGERS",
     "address",
+    "connect_etcd",
     "duration",
     "fraction",
     "non_negative",
@@ -33,6 +35,21 @@ QUIET_LOGGERS = ("grpclib", "h2", "hpack", "uvicorn", "watchfiles", "asyncio")
 
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+
+
+def connect_etcd(url: str, cannot: str) -> Any:
+    """An etcd client for ``url``, or, after saying why there is none (``cannot``: what the
+    command cannot do), the exit status: a bad URL is a usage error."""
+    from ..etcd import EtcdError, connect
+
+    try:
+        return connect(url)
+    except ValueError as exc:
+        print(f"xdscore: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except EtcdError as exc:
+        print(f"xdscore: {cannot}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
 
 
 def address(text: str) -> tuple[str, int]:

@@ -18,11 +18,11 @@ import sys
 import anyio
 
 from ..cache import SnapshotCache, same_for_all
-from ..etcd import EtcdError, EtcdSource, connect
+from ..etcd import EtcdSource
 from ..server import Rebalancing, XdsServer
 from ..transport import CertificateFiles, GrpclibTransport
 from . import _workers
-from ._common import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from ._common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, connect_etcd
 from ._serve import _security, _start_admin
 
 __all__ = ["run_etcd"]
@@ -37,14 +37,9 @@ async def run_etcd(args: argparse.Namespace) -> int:
     except (ValueError, OSError, ssl.SSLError) as exc:
         print(f"xdscore: cannot serve with these TLS settings: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    try:
-        client = connect(args.etcd)
-    except ValueError as exc:
-        print(f"xdscore: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except EtcdError as exc:
-        print(f"xdscore: cannot serve from etcd: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+    client = connect_etcd(args.etcd, "cannot serve from etcd")
+    if isinstance(client, int):
+        return client
     cache = SnapshotCache(group=same_for_all)
     source = EtcdSource(client, cache, prefix=args.prefix)
     server = XdsServer(
