@@ -27,7 +27,7 @@ __all__ = [
 
 def _canonical_keys(versions: Mapping[str, str]) -> Mapping[str, str]:
     """``versions`` with its names in canonical form (the same mapping if none changes)."""
-    if all(canonical_name(name) == name for name in versions):
+    if not any(name.startswith("xdstp:") for name in versions):
         return versions
     return {canonical_name(name): version for name, version in versions.items()}
 
