@@ -86,9 +86,12 @@ class ByteStream(Protocol):
     """One gRPC stream as its transport gives it: message bytes each way.
 
     A transport may also offer ``writable(size) -> bool`` (whether a write of ``size`` bytes
-    would go out without waiting for the peer to read; push slots use it) and
+    would go out without waiting for the peer to read; push slots use it),
     ``async closed()`` (returns once the peer has gone away, for a peer that closed its side
-    and sends nothing more; a transport that cancels the handler instead needs none).
+    and sends nothing more; a transport that cancels the handler instead needs none) and
+    ``async send_parts(parts)`` (write one message given as the buffers it is the
+    concatenation of, without joining them: a response's body is shared by every stream,
+    and at large sizes each copy costs time and memory).
     """
 
     async def receive(self) -> bytes | None:
@@ -195,11 +198,13 @@ class ServerCodec(Generic[_Request, _Response]):
 
     protocol: ProtocolName
     decode: Callable[[bytes], _Request]
-    encode: Callable[[_Response, str], bytes]
+    encode: Callable[[_Response, str], tuple[bytes, ...]]
+    """A response as the buffers its encoding is the concatenation of (shared bodies stay
+    shared: see :meth:`ByteStream.send`)."""
 
 
-def _encode_sotw(response: SotwResponse, control_plane: str) -> bytes:
-    return _codec.encode_sotw_response(
+def _encode_sotw(response: SotwResponse, control_plane: str) -> tuple[bytes, ...]:
+    return _codec.sotw_response_parts(
         version_info=response.version_info,
         nonce=response.nonce,
         body=response.selection.sotw_body,
@@ -207,8 +212,8 @@ def _encode_sotw(response: SotwResponse, control_plane: str) -> bytes:
     )
 
 
-def _encode_delta(response: DeltaResponse, control_plane: str) -> bytes:
-    return _codec.encode_delta_response(
+def _encode_delta(response: DeltaResponse, control_plane: str) -> tuple[bytes, ...]:
+    return _codec.delta_response_parts(
         type_url=response.type_url,
         nonce=response.nonce,
         system_version_info=response.system_version_info,
@@ -467,7 +472,7 @@ class ServerDriver(Generic[_Request, _Response]):
             view = self._cache.view(node) if node is not None else None
             for response in self.machine.poll(view, only):
                 data = self._codec.encode(response, self._control_plane)
-                if held and not _writable(self._stream, len(data)):
+                if held and not _writable(self._stream, _size(data)):
                     # The client is not reading: nobody else waits for it.
                     self._slots.release()
                     held = False
@@ -482,7 +487,7 @@ class ServerDriver(Generic[_Request, _Response]):
         self._follow_change(changed, sent)
 
     async def _send(
-        self, response: _Response, data: bytes, changed: float | None, started: float
+        self, response: _Response, data: tuple[bytes, ...], changed: float | None, started: float
     ) -> str:
         """Write one response (encoded as ``data``) and record it; its type URL."""
         metrics = self._metrics
@@ -495,7 +500,7 @@ class ServerDriver(Generic[_Request, _Response]):
         if metrics is not None:
             metrics.pushes_in_flight.inc()
         try:
-            await self._stream.send(data)
+            await _write(self._stream, data)
         finally:
             if metrics is not None:
                 metrics.pushes_in_flight.dec()
@@ -505,7 +510,7 @@ class ServerDriver(Generic[_Request, _Response]):
         if metrics is not None:
             metrics.push_seconds(type_url).observe(time.monotonic() - started)
             metrics.responses(type_url).inc()
-            metrics.response_bytes(type_url).inc(len(data))
+            metrics.response_bytes(type_url).inc(_size(data))
         call_back(self._callbacks.on_response, self.info, response)
         return type_url
 
@@ -575,6 +580,19 @@ class ServerDriver(Generic[_Request, _Response]):
             call_back(self._callbacks.on_ack, self.info, event)
         elif isinstance(event, ResponseNacked):
             call_back(self._callbacks.on_nack, self.info, event)
+
+
+def _size(parts: tuple[bytes, ...]) -> int:
+    return sum(map(len, parts))
+
+
+async def _write(stream: ByteStream, parts: tuple[bytes, ...]) -> None:
+    """Write one message given as ``parts``, joined only for a transport that needs it."""
+    send_parts = getattr(stream, "send_parts", None)
+    if send_parts is not None:
+        await send_parts(parts)
+    else:
+        await stream.send(parts[0] if len(parts) == 1 else b"".join(parts))
 
 
 def _writable(stream: ByteStream, size: int) -> bool:

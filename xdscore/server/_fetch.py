@@ -146,7 +146,7 @@ async def _answer(server: XdsServer, data: bytes, info: StreamInfo) -> tuple[byt
             f"{NOT_MODIFIED}: version {response.version_info} is current",
             GrpcStatus.FAILED_PRECONDITION,
         )
-    answer = SOTW.encode(response, server.control_plane_id)
+    answer = b"".join(SOTW.encode(response, server.control_plane_id))
     metrics = server.metrics
     if metrics is not None:
         metrics.responses(type_url).inc()

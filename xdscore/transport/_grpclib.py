@@ -23,7 +23,7 @@ import socket
 import ssl
 import time
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Literal
 
 import grpclib.const
@@ -37,6 +37,7 @@ from ..protocol._state import ProtocolName
 from ..server._driver import forget_frames
 from ..server._server import XdsServer
 from ..wire._typeurls import all_types
+from ._frames import write_message
 from ._http2 import ConnectionLimits, CutReason, GuardedH2Protocol
 from ._tls import peer_identity
 
@@ -350,6 +351,24 @@ class _GrpclibStream:
             await self._stream.send_message(data)
         except _GONE as exc:
             raise StreamClosed from exc
+
+    async def send_parts(self, parts: Sequence[bytes]) -> None:
+        """Write one message given as buffers, without joining them (see ``_frames``);
+        otherwise what grpclib's ``send_message`` does: headers first, its event
+        listeners, its counts."""
+        stream = self._stream
+        try:
+            if not stream._send_initial_metadata_done:
+                await stream.send_initial_metadata()
+            (parts,) = await stream._dispatch.send_message(parts)
+            await write_message(stream._stream, parts)
+        except _GONE as exc:
+            raise StreamClosed from exc
+        stream._send_message_done = True
+        stream._messages_sent += 1
+        connection = stream._stream.connection
+        connection.messages_sent += 1
+        connection.last_message_sent = time.monotonic()
 
     async def end(self, message: str) -> None:
         """End the stream with status OK and ``message`` (a stream the server ends on

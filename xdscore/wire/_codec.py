@@ -8,7 +8,8 @@ per-request path.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import ParamSpec
 
 from envoy.service.discovery.v3 import discovery_pb2
 from google.protobuf.message import DecodeError
@@ -19,11 +20,15 @@ from ._node import decode_node
 from ._records import DeltaDiscoveryRequest, DiscoveryRequest, ErrorDetail
 from ._resource import Resource
 
+_P = ParamSpec("_P")
+
 __all__ = [
     "decode_delta_request",
     "decode_request",
+    "delta_response_parts",
     "encode_delta_response",
     "encode_sotw_response",
+    "sotw_response_parts",
 ]
 
 
@@ -75,19 +80,19 @@ def _control_plane(identifier: str, number: int) -> bytes:
     return bytes_field(number, string_field(1, identifier)) if identifier else b""
 
 
-def encode_sotw_response(
+def sotw_response_parts(
     *, version_info: str, nonce: str, body: bytes, control_plane: str = ""
-) -> bytes:
-    """A ``DiscoveryResponse`` around ``body`` (the shared ``resources`` + ``type_url``)."""
+) -> tuple[bytes, ...]:
+    """A ``DiscoveryResponse`` around ``body`` (the shared ``resources`` + ``type_url``), as
+    the buffers it is the concatenation of: a transport writes them without joining them."""
     return (
-        string_field(1, version_info)
-        + body
-        + string_field(5, nonce)
-        + _control_plane(control_plane, 6)
+        string_field(1, version_info),
+        body,
+        string_field(5, nonce) + _control_plane(control_plane, 6),
     )
 
 
-def encode_delta_response(
+def delta_response_parts(
     *,
     type_url: str,
     nonce: str,
@@ -95,15 +100,26 @@ def encode_delta_response(
     resources: Iterable[Resource],
     removed: Iterable[str],
     control_plane: str = "",
-) -> bytes:
-    """A ``DeltaDiscoveryResponse`` with ``resources`` (encoded once each) and removals."""
-    return b"".join(
-        (
-            string_field(1, system_version_info),
-            b"".join(resource.delta_entry for resource in resources),
-            string_field(4, type_url),
-            string_field(5, nonce),
-            b"".join(string_field(6, name) for name in removed),
-            _control_plane(control_plane, 7),
-        )
+) -> tuple[bytes, ...]:
+    """A ``DeltaDiscoveryResponse`` with ``resources`` (each encoded once, shared by every
+    stream) and removals, as the buffers it is the concatenation of."""
+    return (
+        string_field(1, system_version_info),
+        *(resource.delta_entry for resource in resources),
+        string_field(4, type_url)
+        + string_field(5, nonce)
+        + b"".join(string_field(6, name) for name in removed)
+        + _control_plane(control_plane, 7),
     )
+
+
+def _joined(parts: Callable[_P, tuple[bytes, ...]], what: str) -> Callable[_P, bytes]:
+    def encode(*args: _P.args, **kwargs: _P.kwargs) -> bytes:
+        return b"".join(parts(*args, **kwargs))
+
+    encode.__doc__ = f"{what}, as one buffer (see :func:`{parts.__name__}`)."
+    return encode
+
+
+encode_sotw_response = _joined(sotw_response_parts, "A ``DiscoveryResponse``")
+encode_delta_response = _joined(delta_response_parts, "A ``DeltaDiscoveryResponse``")
