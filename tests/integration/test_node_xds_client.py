@@ -46,10 +46,10 @@ NODE_DIR = Path(__file__).with_name("node")
 SCRIPT = NODE_DIR / "xds_client.js"
 NODE_ID = "node-client"
 XDS_TYPES = (LISTENER, ROUTE, CLUSTER, ENDPOINT)
-SPLIT_RPCS = 1000
+SPLIT_RPCS = 2000
 """RPCs over which the 75/25 split is measured: one standard deviation of the share is
-sqrt(0.75 * 0.25 / 1000) = 1.4 points, so ±5 points is 3.7 of them (a false failure about
-once in 5,000 runs)."""
+sqrt(0.75 * 0.25 / 2000) = 0.97 points, so ±5 points is 5.2 of them (binomially, a false
+failure once in about 4 million runs; 1,000 RPCs would fail once in 4,400)."""
 MOVE_WITHIN_MS = 2000.0
 """Bound on the time from the route change to the last RPC answered by the old cluster."""
 
