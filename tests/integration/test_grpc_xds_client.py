@@ -252,12 +252,15 @@ class ControlPlane:
 
 
 @asynccontextmanager
-async def control_plane(initial: Snapshot) -> AsyncIterator[ControlPlane]:
+async def control_plane(
+    initial: Snapshot, *, ordered_ads: bool = True
+) -> AsyncIterator[ControlPlane]:
     """xdscore serving ``initial`` to every node, on a free loopback port."""
     cache = SnapshotCache(group=same_for_all)
     cache.set_snapshot(None, initial)
     recorder = Recorder()
-    async with GrpclibTransport(XdsServer(cache, callbacks=recorder)) as transport:
+    server = XdsServer(cache, callbacks=recorder, ordered_ads=ordered_ads)
+    async with GrpclibTransport(server) as transport:
         yield ControlPlane(cache, recorder, await transport.start())
 
 

@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -50,8 +51,13 @@ SPLIT_RPCS = 2000
 """RPCs over which the 75/25 split is measured: one standard deviation of the share is
 sqrt(0.75 * 0.25 / 2000) = 0.97 points, so ±5 points is 5.2 of them (binomially, a false
 failure once in about 4 million runs; 1,000 RPCs would fail once in 4,400)."""
-MOVE_WITHIN_MS = 2000.0
-"""Bound on the time from the route change to the last RPC answered by the old cluster."""
+MOVES = (("cluster-a", "cluster-b"), ("cluster-b", "cluster-a"), ("cluster-a", "cluster-b"))
+"""The route changes after the split, as (from, to): all traffic to ``to``, and ``from``
+deleted in the same snapshot."""
+BURST, PUSH_AFTER = 2.0, 0.5
+"""Seconds of RPCs around each route change, and when in them the change is pushed."""
+MOVE_WITHIN_MS = 1000.0
+"""Bound on the time from a route change to the last RPC the old cluster answers."""
 
 
 def weighted_snapshot(weights: dict[str, int], ports: dict[str, int]) -> Snapshot:
@@ -160,21 +166,56 @@ class Split:
 
     cp: ControlPlane
     client: NodeClient
-    port_b: int
+    ports: dict[str, int]
+    """Each cluster's backend port."""
 
 
 @asynccontextmanager
-async def split_75_25(tmp_path: Path) -> AsyncIterator[Split]:
+async def split_75_25(tmp_path: Path, *, ordered_ads: bool = True) -> AsyncIterator[Split]:
     with grpc_backend("backend-a") as port_a, grpc_backend("backend-b") as port_b:
-        initial = weighted_snapshot(
-            {"cluster-a": 75, "cluster-b": 25}, {"cluster-a": port_a, "cluster-b": port_b}
-        )
+        ports = {"cluster-a": port_a, "cluster-b": port_b}
+        initial = weighted_snapshot({"cluster-a": 75, "cluster-b": 25}, ports)
         async with (
-            control_plane(initial) as cp,
+            control_plane(initial, ordered_ads=ordered_ads) as cp,
             node_client(cp.port, tmp_path) as client,
         ):
             await warm_up(client, {"backend-a", "backend-b"}, cp.recorder)
-            yield Split(cp, client, port_b)
+            await eventually(
+                lambda: all(cp.recorder.acked_latest(t) for t in XDS_TYPES),
+                "an ACK of every type",
+                cp.recorder,
+            )
+            yield Split(cp, client, ports)
+
+
+@attrs.frozen
+class Move:
+    """One route change under traffic: the RPCs around it, and when it was pushed."""
+
+    away: str
+    to: str
+    pushed_at: float
+    """Milliseconds since the epoch, as the client's times."""
+    rpcs: Summary
+
+
+async def route_moves(split: Split) -> list[Move]:
+    """The changes of ``MOVES``, each pushed ``PUSH_AFTER`` s into ``BURST`` s of RPCs."""
+    moves = []
+    for away, to in MOVES:
+        pushed: list[float] = []
+
+        def push(to: str = to, pushed: list[float] = pushed) -> None:
+            pushed.append(time.time() * 1000)
+            split.cp.cache.set_snapshot(None, snapshot(to, {to: split.ports[to]}))
+
+        rpcs = await split.client.burst(BURST, push, after=PUSH_AFTER)
+        moves.append(Move(away, to, pushed[0], rpcs))
+    return moves
+
+
+def backend(cluster: str) -> str:
+    return cluster.replace("cluster-", "backend-")
 
 
 def share(summary: Summary, reply: str) -> float:
@@ -187,11 +228,6 @@ async def test_node_client_splits_traffic_75_25(tmp_path: Path) -> None:
     async with split_75_25(tmp_path) as running_split:
         recorder = running_split.cp.recorder
         split = await running_split.client.calls(SPLIT_RPCS)
-        await eventually(
-            lambda: all(recorder.acked_latest(t) for t in XDS_TYPES),
-            "an ACK of every type",
-            recorder,
-        )
 
     log = recorder.transcript()
     assert split["calls"] == SPLIT_RPCS, split
@@ -233,25 +269,13 @@ async def test_node_client_splits_traffic_75_25(tmp_path: Path) -> None:
         }, log
 
 
-async def test_node_client_follows_a_route_change_without_failed_rpcs(tmp_path: Path) -> None:
-    async with split_75_25(tmp_path) as running_split:
-        cache, recorder = running_split.cp.cache, running_split.cp.recorder
-        client, port_b = running_split.client, running_split.port_b
-        await eventually(
-            lambda: all(recorder.acked_latest(t) for t in XDS_TYPES),
-            "an ACK of every type",
-            recorder,
-        )
-        pushed: list[float] = []
-
-        def move_everything_to_b() -> None:
-            # cluster-a goes in the same step: make-before-break keeps it until the client
-            # has ACKed the route that no longer names it.
-            pushed.append(time.time() * 1000)
-            cache.set_snapshot(None, snapshot("cluster-b", {"cluster-b": port_b}))
-
-        moving = await client.burst(4.0, move_everything_to_b, after=1.0)
-        after = await client.calls(200)
+async def test_node_client_follows_route_changes_without_failed_rpcs(tmp_path: Path) -> None:
+    # Make-before-break keeps the cluster a change deletes until the client has ACKed the
+    # route that no longer names it, so no RPC is picked for a cluster the client lost.
+    async with split_75_25(tmp_path) as split:
+        recorder = split.cp.recorder
+        moves = await route_moves(split)
+        after = await split.client.calls(200)
 
         def settled() -> bool:
             return all(
@@ -262,18 +286,32 @@ async def test_node_client_follows_a_route_change_without_failed_rpcs(tmp_path: 
         await eventually(settled, "CDS/EDS subscribed to cluster-b only, all ACKed", recorder)
 
     log = recorder.transcript()
-    (pushed_at,) = pushed
-    assert moving["failed"] == 0, f"RPCs failed during the change: {moving}\n{log}"
-    assert set(moving["replies"]) == {"backend-a", "backend-b"}, moving
-    old, new = moving["replies"]["backend-a"], moving["replies"]["backend-b"]
-    # Both clusters answered before the change, only cluster-b after it, and the last RPC
-    # cluster-a answered came soon after the push.
-    assert old["first"] < pushed_at, moving
-    assert new["first"] < pushed_at < new["last"], moving
-    moved_in = old["last"] - pushed_at
-    assert moved_in < MOVE_WITHIN_MS, f"cluster-a answered {moved_in:.0f} ms after the push"
+    for move in moves:
+        rpcs = move.rpcs
+        assert rpcs["failed"] == 0, f"RPCs failed moving to {move.to}: {rpcs}\n{log}"
+        assert set(rpcs["replies"]) == {"backend-a", "backend-b"}, rpcs
+        old, new = rpcs["replies"][backend(move.away)], rpcs["replies"][backend(move.to)]
+        # The old cluster answered before the change and stopped soon after it; the new one
+        # answers after it.
+        assert old["first"] < move.pushed_at < new["last"], rpcs
+        moved_in = old["last"] - move.pushed_at
+        assert moved_in < MOVE_WITHIN_MS, f"{move.away} answered {moved_in:.0f} ms after"
     assert after["failed"] == 0, after
     assert after["replies"].keys() == {"backend-b"}, after
     assert after["replies"]["backend-b"]["count"] == 200, after
     assert not recorder.nacks(), f"the client NACKed:\n{log}"
     assert len(recorder.streams) == 1, log
+
+
+async def test_without_ordered_ads_the_same_route_changes_fail_rpcs(tmp_path: Path) -> None:
+    """The control for the test above: without make-before-break the cluster a change deletes
+    can leave the client before the route that names it, and RPCs picked for it fail."""
+    async with split_75_25(tmp_path, ordered_ads=False) as split:
+        moves = await route_moves(split)
+
+    errors: Counter[str] = Counter()
+    for move in moves:
+        errors.update(move.rpcs["errors"])
+    assert errors.total() > 0, [move.rpcs for move in moves]
+    lost = {f"UNAVAILABLE Cluster resource {away} does not exist" for away, _ in MOVES}
+    assert set(errors) <= lost, errors
