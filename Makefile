@@ -3,8 +3,9 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
+NODE_CLIENT := tests/integration/node
 
-.PHONY: venv demo test lint typecheck docs unit integration test-deep bench format clean
+.PHONY: venv node demo test lint typecheck docs unit integration test-deep bench format clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,13 +15,20 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed
 
+## gRPC's Node.js xDS client for the integration tests, exactly as package-lock.json pins it.
+$(NODE_CLIENT)/node_modules/.installed: $(NODE_CLIENT)/package.json $(NODE_CLIENT)/package-lock.json
+	cd $(NODE_CLIENT) && npm ci --no-audit --no-fund --ignore-scripts
+	touch $@
+
+node: $(NODE_CLIENT)/node_modules/.installed
+
 ## A control plane, a real Envoy and a backend: traffic, then a live config edit.
 demo: venv
 	$(PY) examples/demo.py
 
 ## The whole suite: lint, types, the docs site, unit, property and integration tests (real
-## Envoy, real gRPC).
-test: venv lint typecheck docs
+## Envoy, real gRPC clients in Python and Node.js).
+test: venv node lint typecheck docs
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: venv
@@ -30,7 +38,7 @@ lint: venv
 
 ## The library, and the test helpers other test modules build on.
 typecheck: venv
-	$(VENV)/bin/mypy --strict xdscore tests/factories.py tests/property/_invariants.py tests/property/_model.py tests/integration/_envoy_support.py tests/integration/_delta_support.py tests/fault/_clients.py tests/tls_support.py tests/etcd_support.py
+	$(VENV)/bin/mypy --strict xdscore tests/factories.py tests/property/_invariants.py tests/property/_model.py tests/integration/_envoy_support.py tests/integration/_delta_support.py tests/integration/_client_process.py tests/fault/_clients.py tests/tls_support.py tests/etcd_support.py
 
 ## The documentation site (mkdocs.yml) into build/site; a broken link or anchor fails it.
 docs: venv
@@ -39,7 +47,7 @@ docs: venv
 unit: venv
 	$(PY) -m pytest tests/unit tests/property $(PYTEST_ARGS)
 
-integration: venv
+integration: venv node
 	$(PY) -m pytest tests/integration tests/fault $(PYTEST_ARGS)
 
 ## Property tests with the deep hypothesis profile (long; not run in CI).
@@ -54,4 +62,4 @@ format: venv
 	$(PY) -m ruff check --fix xdscore tests examples benchmarks
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(NODE_CLIENT)/node_modules .pytest_cache .mypy_cache .ruff_cache .hypothesis

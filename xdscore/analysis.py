@@ -35,6 +35,11 @@ XDS012  WARNING   Scope sees nothing: the scope's closure is empty.
 XDS013  ERROR     Field constraint: a field breaks a protoc-gen-validate rule of Envoy's API
                   (``validate.rules``: an empty name, a negative duration, a port over
                   65535, a required field or oneof missing, ...); Envoy would reject it.
+XDS014  WARNING   Locality without weight: endpoints that proxyless gRPC clients reach (from
+                  an API listener) hold a locality with endpoints and no
+                  ``load_balancing_weight``; gRPC ignores it, and fails RPCs with UNAVAILABLE
+                  when no other locality is left. Envoy does not need the weight, so the check
+                  is only made for what an API listener reaches.
 ======  ========  ==============================================================================
 
 Which types count as present decides what a dangling or an unreferenced resource is. A
@@ -59,6 +64,7 @@ from typing import Any
 
 import attrs
 from envoy.config.endpoint.v3 import endpoint_pb2
+from envoy.config.listener.v3 import listener_pb2
 from envoy.config.route.v3 import route_pb2
 from google.protobuf import unknown_fields
 from google.protobuf.message import DecodeError, Message
@@ -94,6 +100,7 @@ __all__ = [
     "EMPTY_ENDPOINTS",
     "FIELD_CONSTRAINT",
     "NAME_MISMATCH",
+    "UNWEIGHTED_LOCALITY",
     "PER_REQUEST_CLUSTER",
     "SCOPE_EMPTY",
     "SCOPE_SHADOWED",
@@ -140,6 +147,7 @@ SCOPE_UNMATCHED_EGRESS = "XDS010"
 SCOPE_SHADOWED = "XDS011"
 SCOPE_EMPTY = "XDS012"
 FIELD_CONSTRAINT = "XDS013"
+UNWEIGHTED_LOCALITY = "XDS014"
 
 CODES: Mapping[str, tuple[Severity, str]] = {
     DANGLING_REFERENCE: (Severity.ERROR, "dangling reference"),
@@ -155,6 +163,7 @@ CODES: Mapping[str, tuple[Severity, str]] = {
     SCOPE_SHADOWED: (Severity.WARNING, "scope shadowed by an earlier one"),
     SCOPE_EMPTY: (Severity.WARNING, "scope sees nothing"),
     FIELD_CONSTRAINT: (Severity.ERROR, "field constraint"),
+    UNWEIGHTED_LOCALITY: (Severity.WARNING, "locality without weight (gRPC)"),
 }
 """Every code: its severity and a short title."""
 
@@ -176,6 +185,14 @@ _REFERRERS: Mapping[str, tuple[str, ...]] = {
     ROUTE: (LISTENER, SCOPED_ROUTE),
     ENDPOINT: (CLUSTER,),
     SECRET: (LISTENER, CLUSTER),
+}
+
+
+# The references a proxyless gRPC client follows from its API listener down to endpoints.
+_GRPC_FOLLOWS: Mapping[str, frozenset[str]] = {
+    LISTENER: frozenset({ROUTE, CLUSTER}),
+    ROUTE: frozenset({CLUSTER}),
+    CLUSTER: frozenset({ENDPOINT}),
 }
 
 
@@ -379,6 +396,7 @@ class _Analysis:
                 elif resource.type_url == CLUSTER and ref.type_url == ENDPOINT:
                     self._empty_endpoints(where, resource, ref.name, ref.field)
         self._unreferenced(referenced)
+        self._unweighted_localities()
         return self.found
 
     def _add(
@@ -537,6 +555,49 @@ class _Analysis:
             where,
             field,
         )
+
+    def _grpc_endpoints(self) -> dict[tuple[str, str], str]:
+        """The endpoints an API listener reaches, each with the first such listener's name."""
+        reached: dict[tuple[str, str], str] = {}
+        for key, message in self.messages.items():
+            if isinstance(message, listener_pb2.Listener) and message.HasField("api_listener"):
+                for target in self._reached_by_grpc(key):
+                    if target[0] == ENDPOINT:
+                        reached.setdefault(target, key[1])
+        return reached
+
+    def _reached_by_grpc(self, start: tuple[str, str]) -> set[tuple[str, str]]:
+        """What the API listener ``start`` reaches through the references gRPC follows."""
+        seen, pending = {start}, [start]
+        while pending:
+            _, resource = self.first[pending.pop()]
+            for ref in resource.references:
+                target = (ref.type_url, ref.name)
+                allowed = ref.type_url in _GRPC_FOLLOWS.get(resource.type_url, ())
+                if allowed and target in self.first and target not in seen:
+                    seen.add(target)
+                    pending.append(target)
+        return seen
+
+    def _unweighted_localities(self) -> None:
+        for key, listener in self._grpc_endpoints().items():
+            assignment = self.messages.get(key)
+            if not isinstance(assignment, endpoint_pb2.ClusterLoadAssignment):
+                continue
+            where, resource = self.first[key]
+            for index, group in enumerate(assignment.endpoints):
+                if not group.lb_endpoints or group.HasField("load_balancing_weight"):
+                    continue  # a weight of 0 is an XDS013 error already
+                self._add(
+                    UNWEIGHTED_LOCALITY,
+                    f"endpoints {resource.name!r}: locality endpoints[{index}] has no "
+                    "load_balancing_weight; "
+                    f"gRPC clients (API listener {listener!r}) ignore it, and fail RPCs with "
+                    "UNAVAILABLE if no other locality is left",
+                    resource,
+                    where,
+                    f"endpoints[{index}].load_balancing_weight",
+                )
 
     def _unreferenced(self, referenced: set[tuple[str, str]]) -> None:
         for key, (where, resource) in self.first.items():

@@ -7,8 +7,6 @@ grpcio servers in this process; the control plane is xdscore on the grpclib tran
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import itertools
 import json
 import os
@@ -49,6 +47,7 @@ from xdscore.protocol import (
 )
 
 from ..factories import wait_until
+from ._client_process import ClientProcess, running, start
 
 pytestmark = [pytest.mark.anyio, pytest.mark.grpc_client]
 
@@ -196,38 +195,17 @@ def snapshot(route_to: str, clusters: dict[str, int]) -> Snapshot:
     return Snapshot(resources)
 
 
-class XdsClient:
+class XdsClient(ClientProcess):
     """The subprocess running gRPC's xDS client; one command and one reply line at a time."""
-
-    def __init__(self, process: asyncio.subprocess.Process, stderr: Path) -> None:
-        self.process = process
-        self.stderr = stderr
-
-    def log_tail(self, lines: int = 60) -> str:
-        text = self.stderr.read_text(errors="replace") if self.stderr.exists() else ""
-        return "\n".join(text.splitlines()[-lines:])
-
-    async def read_line(self, timeout: float) -> str:
-        assert self.process.stdout is not None
-        with anyio.fail_after(timeout):
-            raw = await self.process.stdout.readline()
-        if not raw:
-            code = await self.process.wait()
-            raise AssertionError(f"the client exited ({code}):\n{self.log_tail()}")
-        return raw.decode().rstrip("\n")
 
     async def call(self) -> str:
         """One RPC: ``OK <reply>`` or ``ERR <code> <details>``."""
-        assert self.process.stdin is not None
-        self.process.stdin.write(b"call\n")
-        await self.process.stdin.drain()
+        await self.send("call")
         return await self.read_line(timeout=15)
 
     async def burst(self, seconds: float, during: Callable[[], None], after: float) -> Runs:
         """RPCs back to back for ``seconds``; ``during()`` runs ``after`` seconds in."""
-        assert self.process.stdin is not None
-        self.process.stdin.write(f"burst {seconds}\n".encode())
-        await self.process.stdin.drain()
+        await self.send(f"burst {seconds}")
         assert await self.read_line(timeout=5) == "BURSTING"
         # Not a wait for a condition: the client keeps making RPCs back to back, and the
         # change must land after some of them went through (the subprocess reports its
@@ -259,39 +237,11 @@ async def xds_client(xds_port: int, tmp_path: Path) -> AsyncIterator[XdsClient]:
     """Start the client subprocess; always reap it, killing it if it does not quit."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GRPC_XDS_BOOTSTRAP")}
     stderr_path = tmp_path / "grpc_client.stderr"
-    with stderr_path.open("wb") as stderr:
-        process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            str(HELPER),
-            str(xds_port),
-            TARGET,
-            METHOD,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=stderr,
-            env=env,
-        )
-    client = XdsClient(process, stderr_path)
-    try:
-        assert await client.read_line(timeout=20) == "READY"
+    process = await start(
+        [sys.executable, str(HELPER), str(xds_port), TARGET, METHOD], stderr=stderr_path, env=env
+    )
+    async with running(XdsClient(process, stderr_path)) as client:
         yield client
-        assert process.stdin is not None
-        process.stdin.write(b"quit\n")
-        await process.stdin.drain()
-        with anyio.fail_after(10):
-            code = await process.wait()
-        assert code == 0, f"the client exited with {code}:\n{client.log_tail()}"
-    finally:
-        with anyio.CancelScope(shield=True):
-            if process.returncode is None:
-                with contextlib.suppress(OSError):  # it may be gone already
-                    assert process.stdin is not None
-                    process.stdin.close()
-                with anyio.move_on_after(5):
-                    await process.wait()
-            if process.returncode is None:
-                process.kill()
-                await process.wait()
 
 
 @attrs.define
@@ -302,12 +252,15 @@ class ControlPlane:
 
 
 @asynccontextmanager
-async def control_plane(initial: Snapshot) -> AsyncIterator[ControlPlane]:
+async def control_plane(
+    initial: Snapshot, *, ordered_ads: bool = True
+) -> AsyncIterator[ControlPlane]:
     """xdscore serving ``initial`` to every node, on a free loopback port."""
     cache = SnapshotCache(group=same_for_all)
     cache.set_snapshot(None, initial)
     recorder = Recorder()
-    async with GrpclibTransport(XdsServer(cache, callbacks=recorder)) as transport:
+    server = XdsServer(cache, callbacks=recorder, ordered_ads=ordered_ads)
+    async with GrpclibTransport(server) as transport:
         yield ControlPlane(cache, recorder, await transport.start())
 
 

@@ -350,6 +350,71 @@ def test_xds009_unknown_fields() -> None:
     assert _with(analyze(Snapshot([b.http_listener("l", 10000, "routes")])), "XDS009") == []
 
 
+def _localities(cluster: str, *weights: int | None) -> endpoint_pb2.ClusterLoadAssignment:
+    """Endpoints of ``cluster``: one locality (zone z0, z1, ...) per weight, ``None`` for
+    none set, each with one endpoint."""
+    assignment = endpoint_pb2.ClusterLoadAssignment(cluster_name=cluster)
+    for index, weight in enumerate(weights):
+        group = assignment.endpoints.add()
+        group.locality.zone = f"z{index}"
+        if weight is not None:
+            group.load_balancing_weight.value = weight
+        address = group.lb_endpoints.add().endpoint.address.socket_address
+        address.address, address.port_value = "10.0.0.1", 8080 + index
+    return assignment
+
+
+def _xds014_resources() -> list[Message]:
+    """A gRPC target and an Envoy listener, each with clusters whose localities lack weights."""
+    grpc_routes = [("/a", "grpc-a"), ("/b", "grpc-b"), ("/c", "grpc-c"), ("/shared", "shared")]
+    with_empty_locality = _localities("grpc-c-endpoints", 3)
+    with_empty_locality.endpoints.add().locality.zone = "empty"  # nothing in it to ignore
+    return [
+        b.api_listener("echo.test", "grpc-routes"),
+        b.route_configuration("grpc-routes", grpc_routes),
+        b.eds_cluster("grpc-a", http2=True),
+        _localities("grpc-a", 1, None),  # the second locality is ignored by gRPC
+        b.eds_cluster("grpc-b", http2=True),
+        _localities("grpc-b", 0),  # weight 0: refused by Envoy's rules already (XDS013)
+        b.eds_cluster("grpc-c", service_name="grpc-c-endpoints"),
+        with_empty_locality,
+        b.eds_cluster("shared"),
+        _localities("shared", None),
+        b.http_listener("edge", 10000, "edge-routes"),
+        b.route_configuration("edge-routes", [("/", "envoy-only"), ("/shared", "shared")]),
+        b.eds_cluster("envoy-only"),
+        _localities("envoy-only", None, None),  # Envoy does not need weights
+    ]
+
+
+def test_xds014_locality_without_weight_reached_by_grpc() -> None:
+    resources = _xds014_resources()
+    report = analyze(_pairs(*resources))
+    found = _with(report, "XDS014")
+    assert [(d.name, d.field, d.where) for d in found] == [
+        ("grpc-a", "endpoints[1].load_balancing_weight", "config/03.yaml"),
+        ("shared", "endpoints[0].load_balancing_weight", "config/09.yaml"),
+    ]
+    assert all(d.severity is Severity.WARNING and d.type_url == ENDPOINT for d in found)
+    assert found[0].message == (
+        "endpoints 'grpc-a': locality endpoints[1] has no load_balancing_weight; gRPC clients "
+        "(API listener 'echo.test') ignore it, and fail RPCs with UNAVAILABLE if no other "
+        "locality is left"
+    )
+    assert [(d.code, d.name) for d in report.diagnostics if d.code != "XDS014"] == [
+        ("XDS013", "grpc-b")
+    ]
+    # The same for a snapshot (which has no locations).
+    from_snapshot = _with(analyze(Snapshot(resources)), "XDS014")
+    assert [(d.name, d.message) for d in from_snapshot] == [(d.name, d.message) for d in found]
+
+    # Not for what no API listener reaches: the same resources served to Envoy alone.
+    assert _with(analyze(_pairs(*resources[10:], *resources[8:10])), "XDS014") == []
+    # Not without the listeners (another source may serve them): nothing reaches anything.
+    endpoints_only = Snapshot([r for r in resources if not isinstance(r, listener_pb2.Listener)])
+    assert _with(analyze(endpoints_only), "XDS014") == []
+
+
 # --- the report and the API -------------------------------------------------------------------
 
 

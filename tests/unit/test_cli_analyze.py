@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -131,6 +132,40 @@ def test_exit_0_with_warnings_only(capsys: pytest.CaptureFixture[str], tmp_path:
     )
     # --min-severity hides it, and the status is still 0.
     assert main(["analyze", str(directory), "--min-severity", "error"]) == 0
+    assert capsys.readouterr().out == ""
+
+
+# The connection manager of LISTENERS, as the API listener a gRPC client asks for.
+GRPC_LISTENER = """\
+"@type": type.googleapis.com/envoy.config.listener.v3.Listener
+name: echo.test
+api_listener:
+  api_listener:
+""" + textwrap.indent(textwrap.dedent(LISTENERS.split("typed_config:\n", 1)[1]), "    ")
+
+
+def test_localities_without_weight_warned_only_when_grpc_clients_use_them(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # The Envoy-only directory has no weights and nothing to say (see test_json_output_when_clean).
+    directory = _good(tmp_path / "config")
+    (directory / "grpc.yaml").write_text(GRPC_LISTENER)
+    assert main(["analyze", str(directory)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [
+        f"{directory / 'endpoints.yaml'} (document {document}): WARNING XDS014 endpoints "
+        f"'{name}': locality endpoints[0] has no load_balancing_weight; gRPC clients (API "
+        "listener 'echo.test') ignore it, and fail RPCs with UNAVAILABLE if no other locality "
+        "is left"
+        for document, name in ((1, "backend_a"), (2, "backend_b"))
+    ]
+    # With weights, nothing.
+    weighted = ENDPOINTS.replace(
+        "  - locality: {region: local}\n",
+        "  - locality: {region: local}\n    load_balancing_weight: 1\n",
+    )
+    (directory / "endpoints.yaml").write_text(weighted)
+    assert main(["analyze", str(directory)]) == 0
     assert capsys.readouterr().out == ""
 
 
