@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
+BENCH_ARGS ?=
 NODE_CLIENT := tests/integration/node
 
 .PHONY: venv node demo test lint typecheck docs unit integration test-deep bench format clean
@@ -54,8 +55,10 @@ integration: venv node
 test-deep: venv
 	HYPOTHESIS_PROFILE=deep $(PY) -m pytest tests/property $(PYTEST_ARGS)
 
+## The side-by-side benchmark matrix (xdscore and, if its binary is beside the repository,
+## go-control-plane) into docs/benchmarks.md; e.g. BENCH_ARGS=--quick, or "--peer PATH".
 bench: venv
-	$(PY) benchmarks/run.py
+	$(PY) benchmarks/run.py --matrix $(BENCH_ARGS)
 
 format: venv
 	$(PY) -m ruff format xdscore tests examples benchmarks

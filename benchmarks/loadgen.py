@@ -18,8 +18,12 @@ and driven over its stdin/stdout (see benchmarks/xds_server.py): pushes are time
 ``mono=`` the server prints when its cache holds the new version to the moment each client
 ACKs it. The report (JSON on stdout, or ``--json FILE``) holds initial convergence, update
 convergence (total, per-client median and p99), responses and bytes received, the server's
-CPU seconds and peak RSS from /proc, and this process's own CPU use, so that a saturated
-load generator is not mistaken for a slow server.
+CPU seconds, its RSS once every client holds the full config and its peak RSS from /proc,
+and this process's own CPU use, so that a saturated load generator is not mistaken for a
+slow server (``loadgen_cpu_to_ack_s``: from the push command to the last client's ACK).
+``command_to_set_s`` is the time from the push command to the server's ``mono=``: a server
+that answers its open streams before it reports the version set spends part of the push
+there. ``--clients 0 --pushes 0`` measures a server with no streams the same way.
 """
 
 from __future__ import annotations
@@ -196,6 +200,8 @@ class Fleet:
         self._converged = 0
         self._updated = 0
         self._decoder = SharedDecoder()
+        if not self.clients:
+            self.all_converged.set()
 
     async def run_client(self, client: Client, *, resume: bool = False) -> None:
         """Run one client until its stream ends; with ``resume``, the machine it already has
@@ -399,13 +405,15 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         if server:
             report["initial_server_cpu_s"] = round(server.cpu_seconds() - cpu0, 3)
         report["initial_loadgen_cpu_s"] = round(_own_cpu() - own0, 3)
+        if server:
+            report["initial_server_rss_mb"] = round(server.rss_mb(), 1)
         pushes = []
         for _ in range(args.pushes):
             if server is None:
                 break
             await asyncio.sleep(args.settle)
             fleet.arm_push(args.changed or args.clusters)
-            cpu0, own0 = server.cpu_seconds(), _own_cpu()
+            cpu0, own0, commanded = server.cpu_seconds(), _own_cpu(), time.monotonic()
             responses0 = sum(c.responses for c in fleet.clients)
             bytes0 = sum(c.bytes for c in fleet.clients)
             push_args = f"{args.clusters} {args.endpoints}"
@@ -414,15 +422,18 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             set_at = await server.push(push_args, args.timeout)
             async with asyncio.timeout(args.timeout):
                 await fleet.all_updated.wait()
+            own_at_ack = _own_cpu()
             await asyncio.sleep(0.2)
             latencies = [c.updated_at - set_at for c in fleet.clients]
             pushes.append(
                 {
                     "update_convergence_s": round(max(latencies), 3),
+                    "command_to_set_s": round(set_at - commanded, 3),
                     "client_median_s": round(statistics.median(latencies), 3),
                     "client_p99_s": round(_percentile(latencies, 0.99), 3),
                     "server_cpu_s": round(server.cpu_seconds() - cpu0, 3),
                     "loadgen_cpu_s": round(_own_cpu() - own0, 3),
+                    "loadgen_cpu_to_ack_s": round(own_at_ack - own0, 3),
                     "responses": sum(c.responses for c in fleet.clients) - responses0,
                     "mbytes": round((sum(c.bytes for c in fleet.clients) - bytes0) / 1e6, 1),
                     "server_rss_mb": round(server.rss_mb(), 1),

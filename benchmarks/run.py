@@ -1,28 +1,54 @@
-"""Run the standard benchmark matrix against xdscore's benchmark server; print a table.
+"""Run the benchmarks: the side-by-side matrix, or the project's target scenarios.
 
-    python benchmarks/run.py                       # every scenario, results in benchmarks/results
+    python benchmarks/run.py --matrix              # xdscore and go-control-plane, point by point
+    python benchmarks/run.py --quick               # a few minutes' subset of the matrix
+    python benchmarks/run.py --matrix --peer PATH --point sotw-n100-r1000
+    python benchmarks/run.py                       # the target scenarios, a table on stdout
     python benchmarks/run.py --only sotw-n100      # one scenario
-    python benchmarks/run.py --server-cmd "..."    # the same matrix against another server
+    python benchmarks/run.py --server-cmd "..."    # the scenarios against another server
 
-Each scenario runs benchmarks/loadgen.py in its own process (server pinned to CPU 0, load
-generator to CPU 1) and keeps its JSON report. Targets are the ones the project set itself
-(docs/benchmarks.md); the table says where each result stands.
+Every run is one ``benchmarks/loadgen.py`` process (server pinned to CPU 0, load generator
+to CPU 1) whose JSON report is kept in ``benchmarks/results/``.
+
+The matrix (benchmarks/matrix.py) runs each point against xdscore's benchmark server and,
+when the peer binary is present (go-control-plane's benchmark server, by default
+``../shared/peers/gocp-bench-server`` beside the repository; ``--peer PATH``), against the
+peer too, interleaved point by point with the first server alternating. After every point it
+rewrites the block between the markers in docs/benchmarks.md (``--doc``; ``--quick`` writes
+no page unless given one) and ``summary.json`` beside the reports. Nothing depends on the
+peer: without it, the matrix measures xdscore alone and says so.
+
+The scenarios check the targets the project set itself (docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import os
 import platform
+import shlex
 import subprocess
 import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
+
+from matrix import ENDPOINTS, FULL, IDLE, MEMORY_CLUSTERS, QUICK, Figures, Point, figures
+from matrix_doc import OURS, PEER, Context, Outcome, cpu_model, replace_block, section
 
 HERE = Path(__file__).parent
+ROOT = HERE.parent
+PEER_BINARY = ROOT.parent / "shared" / "peers" / "gocp-bench-server"
+DOC = ROOT / "docs" / "benchmarks.md"
 SERVER = (
     f"{sys.executable} {HERE / 'xds_server.py'} "
     "--addr {addr} --clusters {clusters} --endpoints {endpoints}"
 )
+SETTLE_S = 2.0
+TIMEOUT_S = 600.0
 
 SCENARIOS = {
     "sotw-n100": {"clients": 100, "protocol": "sotw", "targets": {"update": 0.4}},
@@ -40,7 +66,7 @@ SCENARIOS = {
 }
 
 
-def run_scenario(name: str, spec: dict[str, object], server_cmd: str, pushes: int) -> dict:
+def run_scenario(name: str, spec: dict[str, Any], server_cmd: str, pushes: int) -> dict[str, Any]:
     out = HERE / "results" / f"{name}.json"
     out.parent.mkdir(exist_ok=True)
     command = [
@@ -68,14 +94,14 @@ def verdict(value: float, target: float | None) -> str:
     return f"{value} ({'meets' if value <= target else 'misses'} ≤ {target})"
 
 
-def table(results: dict[str, tuple[dict[str, object], dict]]) -> str:
+def table(results: dict[str, tuple[dict[str, Any], dict[str, Any]]]) -> str:
     lines = [
         "| scenario | N | initial s | update s (worst push) | median / p99 s "
         "| server CPU s / push | peak RSS MB | load-gen CPU s / push |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for name, (spec, report) in results.items():
-        targets: dict[str, float] = spec["targets"]  # type: ignore[assignment]
+        targets: dict[str, float] = spec["targets"]
         pushes = report["pushes"]
         worst = max(pushes, key=lambda p: p["update_convergence_s"])
         cpu = max(p["server_cpu_s"] for p in pushes)
@@ -91,23 +117,230 @@ def table(results: dict[str, tuple[dict[str, object], dict]]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", action="append", choices=sorted(SCENARIOS))
-    parser.add_argument("--server-cmd", default=SERVER)
-    parser.add_argument("--pushes", type=int, default=3)
-    args = parser.parse_args()
-    names = args.only or list(SCENARIOS)
+def run_scenarios(names: Sequence[str], server_cmd: str, pushes: int) -> None:
     results = {}
     for name in names:
         print(f"running {name} ...", file=sys.stderr, flush=True)
-        results[name] = (
-            SCENARIOS[name],
-            run_scenario(name, SCENARIOS[name], args.server_cmd, args.pushes),
-        )
+        results[name] = (SCENARIOS[name], run_scenario(name, SCENARIOS[name], server_cmd, pushes))
     python = f"{platform.python_implementation()} {platform.python_version()}"
     print(f"machine: {platform.machine()}, {python}")
     print(table(results))
+
+
+def loadgen_command(
+    point: Point, clients: int, pushes: int, server_cmd: str, out: str
+) -> list[str]:
+    """The loadgen invocation for one run, relative to the repository root."""
+    command = [
+        sys.executable, "benchmarks/loadgen.py",
+        "--clients", str(clients),
+        "--clusters", str(point.clusters),
+        "--endpoints", str(ENDPOINTS),
+        "--pushes", str(pushes),
+        "--settle", str(SETTLE_S),
+        "--timeout", str(TIMEOUT_S),
+        "--json", out,
+    ]  # fmt: skip
+    if point.protocol == "delta":
+        command.append("--delta")
+    return [*command, "--server-cmd", server_cmd]
+
+
+def shown(command: Sequence[str]) -> str:
+    """A loadgen command as a shell line, its server command left to ``$SERVER``."""
+    return f'{shlex.join(command[:-1])} "$SERVER"'
+
+
+def file_tag(server: str) -> str:
+    """The server's name in report file names (``NAME`` in the commands)."""
+    return server.replace("-", "")
+
+
+class Matrix:
+    """One run of the matrix: the servers, where reports go, and the page it rewrites."""
+
+    def __init__(self, servers: dict[str, str], results: Path, doc: Path | None) -> None:
+        self.servers = servers
+        self.results = results
+        self.doc = doc
+        self.rows: list[tuple[Point, dict[str, Outcome]]] = []
+        self.idle_rss_mb: dict[str, float] = {}
+        results.mkdir(parents=True, exist_ok=True)
+
+    def run(self, point: Point, server: str, suffix: str = "") -> dict[str, Any] | str:
+        """One loadgen run against ``server``: its report, or why there is none."""
+        out = self.results / f"{file_tag(server)}-{point.name}{suffix}.json"
+        out.unlink(missing_ok=True)
+        command = loadgen_command(
+            point, point.clients, point.pushes, self.servers[server], str(out.relative_to(ROOT))
+        )
+        print(f"{server} {point.name}{suffix} ...", file=sys.stderr, flush=True)
+        done = subprocess.run(
+            command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        )
+        if not out.exists():
+            lines = done.stderr.strip().splitlines() or [f"exit status {done.returncode}"]
+            return f"failed: {lines[-1][:160]}"
+        report: dict[str, Any] = json.loads(out.read_text())
+        if report.get("errors"):
+            return f"failed: {len(report['errors'])}+ client errors, first: {report['errors'][0]}"
+        return report
+
+    def measure_idle(self) -> None:
+        """Each server's RSS serving the R = 100 workload to no stream."""
+        for server in self.servers:
+            report = self.run(IDLE, server)
+            if isinstance(report, dict):
+                self.idle_rss_mb[server] = report["initial_server_rss_mb"]
+
+    def measure(self, point: Point, index: int, runs: int) -> None:
+        """Every run of one point, the servers interleaved, the first alternating by point."""
+        order = list(self.servers)
+        if index % 2:
+            order.reverse()
+        reports: dict[str, list[dict[str, Any]]] = {server: [] for server in self.servers}
+        failures: dict[str, str] = {}
+        for run in range(runs):
+            for server in order:
+                report = self.run(point, server, f"-{run + 1}" if runs > 1 else "")
+                if isinstance(report, str):
+                    failures[server] = report
+                else:
+                    reports[server].append(report)
+        outcomes: dict[str, Outcome] = {}
+        for server in self.servers:
+            if server in failures:
+                outcomes[server] = failures[server]
+            else:
+                outcomes[server] = figures(reports[server], self.idle_rss_mb.get(server))
+        self.rows.append((point, outcomes))
+
+    def write(self, context: Context, planned: int) -> str:
+        """The block for the page, written into it and into summary.json; returned."""
+        block = section(context, self.rows, self.idle_rss_mb, planned)
+        if self.doc is not None:
+            self.doc.write_text(replace_block(self.doc.read_text(), block))
+        summary = {
+            "context": dataclasses.asdict(context),
+            "idle_rss_mb": self.idle_rss_mb,
+            "points": [
+                {
+                    "point": dataclasses.asdict(point),
+                    "figures": {
+                        server: dataclasses.asdict(o) if isinstance(o, Figures) else o
+                        for server, o in outcomes.items()
+                    },
+                }
+                for point, outcomes in self.rows
+            ],
+        }
+        (self.results / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        return block
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+def _commit() -> str:
+    dirty = _git("status", "--porcelain", "--untracked-files=no")
+    return _git("rev-parse", "--short", "HEAD") + (" (with uncommitted changes)" if dirty else "")
+
+
+def _machine() -> str:
+    cpu = cpu_model(Path("/proc/cpuinfo").read_text())
+    python = f"{platform.python_implementation()} {platform.python_version()}"
+    return f"{cpu}, {os.cpu_count()} cores, {python}, Linux {platform.release()}"
+
+
+def _invocation() -> str:
+    pythonpath = os.environ.get("PYTHONPATH")
+    prefix = ""
+    if pythonpath:
+        prefix = (
+            "PYTHONPATH=$PWD "
+            if Path(pythonpath).resolve() == ROOT
+            else f"PYTHONPATH={pythonpath} "
+        )
+    return prefix + shlex.join([sys.executable, "benchmarks/run.py", *sys.argv[1:]])
+
+
+def run_matrix(
+    points: Sequence[Point], peer: Path, doc: Path | None, results: Path, runs: int
+) -> str:
+    """Measure every point (after the no-stream RSS, if a point needs it); the page's block."""
+    servers = {OURS: SERVER.replace(str(HERE), "benchmarks")}
+    if peer.is_file() and os.access(peer, os.X_OK):
+        servers[PEER] = f"{peer} -addr {{addr}} -clusters {{clusters}} -endpoints {{endpoints}}"
+        peer_note = (
+            "Both servers were measured by the same load generator in the same run, "
+            "interleaved point by point (the first server alternates); the peer is "
+            f"go-control-plane's benchmark server, `{peer}`."
+        )
+    else:
+        peer_note = f"No peer binary at `{peer}`: xdscore alone, no ratios."
+    started = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    commit, machine, load_start = _commit(), _machine(), os.getloadavg()[0]
+    matrix = Matrix(servers, results, doc)
+    reports = results.relative_to(ROOT)
+    commands = [_invocation()]
+    commands += [f"# {name}: SERVER={shlex.quote(cmd)}" for name, cmd in servers.items()]
+
+    def note(point: Point) -> None:
+        out = str(reports / f"NAME-{point.name}.json")
+        commands.append(shown(loadgen_command(point, point.clients, point.pushes, "", out)))
+
+    if any(point.clusters == MEMORY_CLUSTERS for point in points):
+        note(IDLE)
+        matrix.measure_idle()
+    block = ""
+    for index, point in enumerate(points):
+        note(point)
+        matrix.measure(point, index, runs)
+        context = Context(
+            date=started,
+            commit=commit,
+            machine=machine,
+            peer=peer_note,
+            load=f"load average {load_start:.2f} at the start, "
+            f"{os.getloadavg()[0]:.2f} after the last point",
+            commands=commands,
+        )
+        block = matrix.write(context, len(points))
+    return block
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--matrix", action="store_true", help="the side-by-side matrix")
+    parser.add_argument("--quick", action="store_true", help="the matrix's small subset")
+    parser.add_argument("--only", action="append", choices=sorted(SCENARIOS), help="a scenario")
+    parser.add_argument("--peer", type=Path, default=PEER_BINARY, help="the peer server binary")
+    parser.add_argument("--point", action="append", help="only these matrix points (by name)")
+    parser.add_argument("--runs", type=int, default=1, help="loadgen runs per point and server")
+    parser.add_argument(
+        "--doc", type=Path, help=f"the page to rewrite (default {DOC} for --matrix)"
+    )
+    parser.add_argument("--server-cmd", default=SERVER, help="server for the scenarios")
+    parser.add_argument("--pushes", type=int, default=3, help="pushes per scenario")
+    args = parser.parse_args()
+    if args.only and (args.matrix or args.quick):
+        parser.error("--only names a scenario, not a matrix point (--point)")
+    if not (args.matrix or args.quick):
+        run_scenarios(args.only or list(SCENARIOS), args.server_cmd, args.pushes)
+        return
+    points: tuple[Point, ...] = QUICK if args.quick else FULL
+    if args.point:
+        known = {point.name: point for point in points}
+        unknown = sorted(set(args.point) - set(known))
+        if unknown:
+            parser.error(f"unknown points {unknown}; known: {sorted(known)}")
+        points = tuple(known[name] for name in args.point)
+    doc = args.doc or (None if args.quick else DOC)
+    results = HERE / "results" / ("matrix-quick" if args.quick else "matrix")
+    print(run_matrix(points, args.peer.resolve(), doc, results, args.runs))
 
 
 if __name__ == "__main__":

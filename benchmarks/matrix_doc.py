@@ -1,0 +1,139 @@
+"""The matrix as Markdown: the table, the run's context, and its place in docs/benchmarks.md.
+
+Pure functions; ``benchmarks/run.py`` gathers what they render. The block between
+``START`` and ``END`` in the page is replaced whole on each run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from matrix import Figures, Point, ratios
+
+START = "<!-- bench-matrix:start -->"
+END = "<!-- bench-matrix:end -->"
+OURS = "xdscore"
+PEER = "go-cp"
+
+HEADER = (
+    "| point | server | initial s | load-gen saturation | push s from command (median) "
+    "| load-gen saturation | push s from cache set (median) | server CPU s per push "
+    "| peak RSS MB | KB per stream |\n"
+    "|---|---|---|---|---|---|---|---|---|---|"
+)
+
+Outcome = Figures | str
+"""A server's figures at a point, or why it has none."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Context:
+    """Where, when and how the matrix was measured."""
+
+    date: str
+    commit: str
+    machine: str
+    peer: str
+    load: str
+    commands: Sequence[str]
+
+
+def cpu_model(cpuinfo: str) -> str:
+    """The CPU's model name from the text of /proc/cpuinfo."""
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "model name":
+            return value.strip()
+    return "unknown CPU"
+
+
+MISSING = "\N{EN DASH}"
+
+
+def _number(value: float | None, digits: int) -> str:
+    return MISSING if value is None else f"{value:.{digits}f}"
+
+
+def _times(value: float | None) -> str:
+    return MISSING if value is None else f"{value:.2f}\N{MULTIPLICATION SIGN}"
+
+
+def figure_row(point: str, server: str, outcome: Outcome) -> str:
+    """One server's row: its figures, or the reason it has none across the row."""
+    if isinstance(outcome, str):
+        return f"| {point} | {server} | {outcome} | | | | | | | |"
+    return (
+        f"| {point} | {server} | {outcome.initial_s:.2f} | {outcome.initial_saturation:.2f} "
+        f"| {outcome.push_s:.3f} | {outcome.push_saturation:.2f} "
+        f"| {outcome.push_from_set_s:.3f} | {outcome.cpu_per_push_s:.3f} "
+        f"| {outcome.peak_rss_mb:.0f} "
+        f"| {_number(outcome.per_stream_kb, 1)} |"
+    )
+
+
+def ratio_row(peer: Figures, ours: Figures) -> str:
+    """The peer's figures over ours; saturations are not compared."""
+    r = ratios(peer, ours)
+    return (
+        f"| | {PEER} / {OURS} | {_times(r['initial_s'])} | | {_times(r['push_s'])} | "
+        f"| {_times(r['push_from_set_s'])} | {_times(r['cpu_per_push_s'])} "
+        f"| {_times(r['peak_rss_mb'])} "
+        f"| {_times(r['per_stream_kb'])} |"
+    )
+
+
+def table(rows: Sequence[tuple[Point, Mapping[str, Outcome]]]) -> str:
+    """Each point's servers in the order given, then their ratio when both have figures."""
+    lines = [HEADER]
+    for point, outcomes in rows:
+        label = f"{point.label} ({point.pushes} pushes)"
+        for server, outcome in outcomes.items():
+            lines.append(figure_row(label, server, outcome))
+            label = ""
+        ours, peer = outcomes.get(OURS), outcomes.get(PEER)
+        if isinstance(ours, Figures) and isinstance(peer, Figures):
+            lines.append(ratio_row(peer, ours))
+    return "\n".join(lines)
+
+
+def idle_line(idle_rss_mb: Mapping[str, float]) -> str:
+    """The no-stream RSS behind the KB-per-stream column."""
+    if not idle_rss_mb:
+        return ""
+    parts = ", ".join(f"{server} {rss:.1f} MB" for server, rss in idle_rss_mb.items())
+    return (
+        "RSS of each server serving the R = 100 workload to no stream, subtracted for the "
+        f"KB-per-stream column: {parts}.\n\n"
+    )
+
+
+def section(
+    context: Context,
+    rows: Sequence[tuple[Point, Mapping[str, Outcome]]],
+    idle_rss_mb: Mapping[str, float],
+    planned: int,
+) -> str:
+    """The whole block between the markers."""
+    done = "" if len(rows) == planned else f" **Only {len(rows)} of {planned} points measured.**"
+    commands = "\n".join(context.commands)
+    return (
+        f"{START}\n"
+        f"Measured {context.date}, commit `{context.commit}`. Machine: {context.machine}; "
+        f"{context.load}. {context.peer}{done}\n\n"
+        f"{table(rows)}\n\n"
+        f"{idle_line(idle_rss_mb)}"
+        "Commands, from the repository root (each loadgen line ran once per server, with "
+        "`SERVER` replaced by that server's command):\n\n"
+        f"```sh\n{commands}\n```\n"
+        f"{END}"
+    )
+
+
+def replace_block(text: str, block: str) -> str:
+    """``text`` with everything from ``START`` to ``END`` (both included) replaced by ``block``."""
+    start = text.find(START)
+    end = text.find(END, start + len(START)) if start >= 0 else -1
+    if start < 0 or end < 0:
+        raise ValueError(f"the page has no {START} ... {END} block to replace")
+    return text[:start] + block + text[end + len(END) :]

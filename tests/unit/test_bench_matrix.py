@@ -1,0 +1,261 @@
+"""The pure parts of the benchmark matrix (benchmarks/matrix.py, benchmarks/matrix_doc.py).
+
+Figures drawn from loadgen reports (medians, the load generator's saturation, memory per
+stream, ratios), the Markdown table, and the replacement of the block between the markers
+of docs/benchmarks.md. Nothing here starts a server or times anything.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+
+from matrix import (  # noqa: E402
+    FULL,
+    QUICK,
+    Figures,
+    Point,
+    figures,
+    per_stream_kb,
+    ratio,
+    ratios,
+    saturation,
+)
+from matrix_doc import (  # noqa: E402
+    END,
+    HEADER,
+    MISSING,
+    START,
+    Context,
+    cpu_model,
+    replace_block,
+    section,
+    table,
+)
+
+X = "\N{MULTIPLICATION SIGN}"
+
+
+def _push(
+    convergence: float, cpu: float, loadgen_to_ack: float, to_set: float = 0.0
+) -> dict[str, Any]:
+    return {
+        "command_to_set_s": to_set,
+        "update_convergence_s": convergence,
+        "server_cpu_s": cpu,
+        "loadgen_cpu_to_ack_s": loadgen_to_ack,
+    }
+
+
+def _report(clients: int, clusters: int, **fields: Any) -> dict[str, Any]:
+    report = {
+        "clients": clients,
+        "clusters": clusters,
+        "initial_convergence_s": 2.0,
+        "initial_loadgen_cpu_s": 1.0,
+        "initial_server_rss_mb": 150.0,
+        "server_peak_rss_mb": 200.0,
+        "pushes": [_push(0.5, 0.4, 0.25)],
+    }
+    report.update(fields)
+    return report
+
+
+OURS = Figures(
+    initial_s=0.5,
+    initial_saturation=0.8,
+    push_s=0.1,
+    push_saturation=0.95,
+    push_from_set_s=0.08,
+    cpu_per_push_s=0.12,
+    peak_rss_mb=88.0,
+    per_stream_kb=40.0,
+)
+PEER = Figures(
+    initial_s=1.5,
+    initial_saturation=0.3,
+    push_s=0.8,
+    push_saturation=0.2,
+    push_from_set_s=0.2,
+    cpu_per_push_s=0.84,
+    peak_rss_mb=264.0,
+    per_stream_kb=None,
+)
+POINT = Point(protocol="sotw", clients=100, clusters=1000)
+
+
+def test_saturation_is_loadgen_cpu_over_wall_time() -> None:
+    assert saturation(0.5, 2.0) == 0.25
+    assert saturation(3.0, 3.0) == 1.0
+    assert saturation(0.1, 0.0) == 0.0
+
+
+def test_memory_per_stream_is_the_rss_difference_over_n_in_kb() -> None:
+    assert per_stream_kb(150.0, 50.0, 1000) == pytest.approx(102.4)
+    assert per_stream_kb(50.0, 50.0, 10) == 0.0
+
+
+def test_figures_take_medians_over_runs_and_pushes() -> None:
+    first = _report(
+        100,
+        1000,
+        initial_convergence_s=1.0,
+        initial_loadgen_cpu_s=0.9,
+        server_peak_rss_mb=100.0,
+        pushes=[_push(0.2, 0.30, 0.10), _push(0.3, 0.50, 0.36, 0.1), _push(0.8, 0.70, 0.45, 0.1)],
+    )
+    second = _report(
+        100,
+        1000,
+        initial_convergence_s=3.0,
+        initial_loadgen_cpu_s=0.6,
+        server_peak_rss_mb=140.0,
+        pushes=[_push(0.3, 0.40, 0.30), _push(0.5, 0.60, 0.05)],
+    )
+    result = figures([first, second])
+    assert result.initial_s == 2.0
+    # initial saturations 0.9 and 0.2: their median
+    assert result.initial_saturation == pytest.approx(0.55)
+    # from the command: 0.2, 0.4, 0.9, 0.3, 0.5; from the cache set: 0.2, 0.3, 0.8, 0.3, 0.5
+    assert result.push_s == pytest.approx(0.4)
+    assert result.push_from_set_s == pytest.approx(0.3)
+    assert result.cpu_per_push_s == 0.5
+    # push saturations over the command's interval: 0.5, 0.9, 0.5, 1.0, 0.1
+    assert result.push_saturation == pytest.approx(0.5)
+    assert result.peak_rss_mb == 120.0
+    assert result.per_stream_kb is None
+
+
+def test_memory_per_stream_only_at_r_100_and_with_an_idle_rss() -> None:
+    at_100 = _report(1000, 100, initial_server_rss_mb=120.0)
+    assert figures([at_100], idle_rss_mb=40.0).per_stream_kb == pytest.approx(81.92)
+    assert figures([at_100]).per_stream_kb is None
+    at_1000 = _report(1000, 1000, initial_server_rss_mb=120.0)
+    assert figures([at_1000], idle_rss_mb=40.0).per_stream_kb is None
+
+
+def test_figures_refuse_reports_without_pushes() -> None:
+    with pytest.raises(ValueError, match="no reports"):
+        figures([])
+    with pytest.raises(ValueError, match="no pushes"):
+        figures([_report(10, 1000, pushes=[])])
+
+
+def test_ratios_are_the_peer_over_xdscore() -> None:
+    assert ratio(3.0, 1.5) == 2.0
+    assert ratio(1.0, 4.0) == 0.25
+    assert ratio(None, 1.0) is None
+    assert ratio(1.0, None) is None
+    assert ratio(1.0, 0.0) is None
+    assert ratios(PEER, OURS) == {
+        "initial_s": pytest.approx(3.0),
+        "push_s": pytest.approx(8.0),
+        "push_from_set_s": pytest.approx(2.5),
+        "cpu_per_push_s": pytest.approx(7.0),
+        "peak_rss_mb": pytest.approx(3.0),
+        "per_stream_kb": None,
+    }
+
+
+def test_the_table_shows_both_servers_then_their_ratios() -> None:
+    lines = table([(POINT, {"xdscore": OURS, "go-cp": PEER})]).splitlines()
+    assert lines[:2] == HEADER.splitlines()
+    assert lines[2:] == [
+        f"| SotW 100 {X} 1000 (5 pushes) | xdscore | 0.50 | 0.80 | 0.100 | 0.95 | 0.080 "
+        "| 0.120 | 88 | 40.0 |",
+        f"|  | go-cp | 1.50 | 0.30 | 0.800 | 0.20 | 0.200 | 0.840 | 264 | {MISSING} |",
+        f"| | go-cp / xdscore | 3.00{X} | | 8.00{X} | | 2.50{X} | 7.00{X} | 3.00{X} | {MISSING} |",
+    ]
+    columns = HEADER.splitlines()[0].count("|")
+    assert all(line.count("|") == columns for line in lines)
+
+
+def test_the_table_says_why_a_server_has_no_figures_and_gives_no_ratio() -> None:
+    failed = table([(POINT, {"xdscore": OURS, "go-cp": "failed: timed out"})]).splitlines()
+    assert failed[3] == "|  | go-cp | failed: timed out | | | | | | | |"
+    assert len(failed) == 4
+    alone = table([(POINT, {"xdscore": OURS})]).splitlines()
+    assert len(alone) == 3
+    assert "go-cp" not in "\n".join(alone)
+
+
+def _context() -> Context:
+    return Context(
+        date="2026-12-01 16:15 UTC",
+        commit="abc1234",
+        machine="Some CPU, 2 cores, CPython 3.11.7",
+        peer="No peer binary at `/nowhere`: xdscore alone, no ratios.",
+        load="load average 1.00 at the start, 2.00 after the last point",
+        commands=["python benchmarks/run.py --matrix", 'python benchmarks/loadgen.py "$SERVER"'],
+    )
+
+
+def test_the_section_holds_context_table_commands_and_partial_runs_say_so() -> None:
+    rows = [(POINT, {"xdscore": OURS})]
+    block = section(_context(), rows, {"xdscore": 45.25}, planned=2)
+    assert block.startswith(START + "\n")
+    assert block.endswith(END)
+    assert "commit `abc1234`" in block
+    assert "Some CPU, 2 cores, CPython 3.11.7" in block
+    assert "xdscore alone, no ratios" in block
+    assert "**Only 1 of 2 points measured.**" in block
+    assert "xdscore 45.2 MB" in block
+    assert (
+        "```sh\npython benchmarks/run.py --matrix\n"
+        'python benchmarks/loadgen.py "$SERVER"\n```' in block
+    )
+    assert "Only" not in section(_context(), rows, {}, planned=1)
+    assert "no stream" not in section(_context(), rows, {}, planned=1)
+
+
+def test_the_block_between_the_markers_is_replaced_whole() -> None:
+    page = f"# Title\n\nbefore\n\n{START}\nold table\nold commands\n{END}\n\nafter\n"
+    block = f"{START}\nnew\n{END}"
+    once = replace_block(page, block)
+    assert once == f"# Title\n\nbefore\n\n{START}\nnew\n{END}\n\nafter\n"
+    assert replace_block(once, block) == once
+
+
+def test_a_page_without_both_markers_is_refused() -> None:
+    block = f"{START}\nnew\n{END}"
+    for page in ("no markers", f"only {START} here", f"{END} before {START}"):
+        with pytest.raises(ValueError, match="bench-matrix"):
+            replace_block(page, block)
+
+
+def test_the_docs_page_has_the_markers() -> None:
+    page = (BENCHMARKS.parent / "docs" / "benchmarks.md").read_text()
+    assert page.count(START) == 1
+    assert page.count(END) == 1
+    assert page.index(START) < page.index(END)
+
+
+def test_cpu_model_comes_from_proc_cpuinfo() -> None:
+    cpuinfo = (
+        "processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Processor\n"
+    )
+    assert cpu_model(cpuinfo) == "Intel(R) Xeon(R) Processor"
+    assert cpu_model("processor\t: 0\n") == "unknown CPU"
+
+
+def test_the_points_are_the_issues_table() -> None:
+    assert [(p.protocol, p.clients, p.clusters, p.pushes) for p in FULL] == [
+        ("sotw", 100, 1000, 5),
+        ("sotw", 1000, 1000, 5),
+        ("sotw", 1000, 100, 5),
+        ("delta", 100, 1000, 5),
+        ("delta", 1000, 1000, 5),
+        ("delta", 1000, 100, 5),
+        ("sotw", 2000, 100, 5),
+        ("sotw", 10, 100_000, 20),
+    ]
+    for points in (FULL, QUICK):
+        names = [p.name for p in points]
+        assert len(names) == len(set(names)), "report files are named after the points"
+    assert FULL[4].label == f"Delta 1000 {X} 1000"
