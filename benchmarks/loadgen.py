@@ -298,12 +298,21 @@ class ServerProcess:
         self.addr = ""
 
     async def start(self, timeout: float) -> str:
-        self.process = await asyncio.create_subprocess_exec(
-            *shlex.split(self.command),
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-        )
-        os.sched_setaffinity(self.process.pid, {0})
+        # Pinned from its first instruction: the child inherits the forking thread's CPU set,
+        # so every thread it starts (a Go runtime's, started before it could be pinned from
+        # outside) is on CPU 0 too, and a runtime sizing itself by that set sees one core.
+        # (asyncio's thread that waits for the child starts in this call, so on CPU 0; it
+        # only waits.)
+        own = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, {0})
+        try:
+            self.process = await asyncio.create_subprocess_exec(
+                *shlex.split(self.command),
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+            )
+        finally:
+            os.sched_setaffinity(0, own)
         line = await self._expect("LISTENING", timeout)
         self.addr = line.split("addr=", 1)[1].strip()
         return self.addr

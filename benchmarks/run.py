@@ -268,9 +268,12 @@ def _invocation() -> str:
 
 
 def run_matrix(
-    points: Sequence[Point], peer: Path, doc: Path | None, results: Path, runs: int
+    points: Sequence[Point], planned: int, peer: Path, doc: Path | None, results: Path, runs: int
 ) -> str:
-    """Measure every point (after the no-stream RSS, if a point needs it); the page's block."""
+    """Measure every point (after the no-stream RSS, if a point needs it); the page's block.
+
+    ``planned`` is the size of the whole matrix, so that a part of it says it is a part.
+    """
     servers = {OURS: SERVER.replace(str(HERE), "benchmarks")}
     if peer.is_file() and os.access(peer, os.X_OK):
         servers[PEER] = f"{peer} -addr {{addr}} -clusters {{clusters}} -endpoints {{endpoints}}"
@@ -308,7 +311,7 @@ def run_matrix(
             f"{os.getloadavg()[0]:.2f} after the last point",
             commands=commands,
         )
-        block = matrix.write(context, len(points))
+        block = matrix.write(context, planned)
     return block
 
 
@@ -332,6 +335,7 @@ def main() -> None:
         run_scenarios(args.only or list(SCENARIOS), args.server_cmd, args.pushes)
         return
     points: tuple[Point, ...] = QUICK if args.quick else FULL
+    planned = len(points)
     if args.point:
         known = {point.name: point for point in points}
         unknown = sorted(set(args.point) - set(known))
@@ -340,7 +344,7 @@ def main() -> None:
         points = tuple(known[name] for name in args.point)
     doc = args.doc or (None if args.quick else DOC)
     results = HERE / "results" / ("matrix-quick" if args.quick else "matrix")
-    print(run_matrix(points, args.peer.resolve(), doc, results, args.runs))
+    print(run_matrix(points, planned, args.peer.resolve(), doc, results, args.runs))
 
 
 if __name__ == "__main__":
