@@ -2,11 +2,13 @@
 
 Figures drawn from loadgen reports (medians, the load generator's saturation, memory per
 stream, ratios), the Markdown table, and the replacement of the block between the markers
-of docs/benchmarks.md. Nothing here starts a server or times anything.
+of docs/benchmarks.md; and the pinning of the server the load generator starts (a stand-in
+process that reports its threads' CPUs). Nothing here times anything.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,7 @@ import pytest
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
 
+from loadgen import ServerProcess  # noqa: E402
 from matrix import (  # noqa: E402
     FULL,
     QUICK,
@@ -259,3 +262,30 @@ def test_the_points_are_the_issues_table() -> None:
         names = [p.name for p in points]
         assert len(names) == len(set(names)), "report files are named after the points"
     assert FULL[4].label == f"Delta 1000 {X} 1000"
+
+
+_REPORTS_ITS_CPUS = """
+import os, sys, threading
+later = []
+thread = threading.Thread(target=lambda: later.append(sorted(os.sched_getaffinity(0))))
+thread.start()
+thread.join()
+print(f"LISTENING addr={sorted(os.sched_getaffinity(0))}/{later[0]}", flush=True)
+sys.stdin.readline()
+"""
+
+
+@pytest.mark.anyio
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs CPUs 0 and 1")
+async def test_the_server_and_every_thread_it_starts_run_on_cpu_0() -> None:
+    own = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {1})
+    server = ServerProcess(f"{sys.executable} -c '{_REPORTS_ITS_CPUS}'")
+    try:
+        assert await server.start(timeout=30) == "[0]/[0]"
+        assert os.sched_getaffinity(0) == {1}, "the load generator's own CPU is restored"
+    finally:
+        await server.stop()
+        os.sched_setaffinity(0, own)
+    assert server.process is not None
+    assert server.process.returncode == 0
