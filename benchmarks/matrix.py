@@ -142,6 +142,13 @@ def figures(reports: Sequence[Report], idle_rss_mb: float | None = None) -> Figu
     )
 
 
+OURS = "xdscore"
+PEER = "go-cp"
+Outcome = Figures | str
+"""A server's figures at a point, or why it has none."""
+Rows = Sequence[tuple[Point, Mapping[str, Outcome]]]
+"""Each point measured, with every server's outcome there."""
+
 RATIO_FIELDS = (
     "initial_s",
     "push_s",

@@ -9,12 +9,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from matrix import Figures, Point, ratios
+from matrix import OURS, PEER, Figures, Outcome, Rows, ratios
+from matrix_targets import Verdict, verdicts
 
 START = "<!-- bench-matrix:start -->"
 END = "<!-- bench-matrix:end -->"
-OURS = "xdscore"
-PEER = "go-cp"
 
 HEADER = (
     "| point | server | initial s | load-gen saturation | push s from command (median) "
@@ -22,9 +21,6 @@ HEADER = (
     "| peak RSS MB | KB per stream |\n"
     "|---|---|---|---|---|---|---|---|---|---|"
 )
-
-Outcome = Figures | str
-"""A server's figures at a point, or why it has none."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,7 +79,7 @@ def ratio_row(peer: Figures, ours: Figures) -> str:
     )
 
 
-def table(rows: Sequence[tuple[Point, Mapping[str, Outcome]]]) -> str:
+def table(rows: Rows) -> str:
     """Each point's servers in the order given, then their ratio when both have figures."""
     lines = [HEADER]
     for point, outcomes in rows:
@@ -108,21 +104,24 @@ def idle_line(idle_rss_mb: Mapping[str, float]) -> str:
     )
 
 
-def section(
-    context: Context,
-    rows: Sequence[tuple[Point, Mapping[str, Outcome]]],
-    idle_rss_mb: Mapping[str, float],
-    planned: int,
-) -> str:
+def verdict_line(verdict: Verdict) -> str:
+    """One target as a list item: met, missed or not measured, and what was measured."""
+    word = {True: "**met**", False: "**missed**", None: "not judged"}[verdict.met]
+    return f"* {word}: {verdict.target}: {verdict.measured}."
+
+
+def section(context: Context, rows: Rows, idle_rss_mb: Mapping[str, float], planned: int) -> str:
     """The whole block between the markers."""
     done = "" if len(rows) == planned else f" **Only {len(rows)} of {planned} points measured.**"
     commands = "\n".join(context.commands)
+    targets = "\n".join(verdict_line(verdict) for verdict in verdicts(rows))
     return (
         f"{START}\n"
         f"Measured {context.date}, commit `{context.commit}`. Machine: {context.machine}; "
         f"{context.load}. {context.peer}{done}\n\n"
         f"{table(rows)}\n\n"
         f"{idle_line(idle_rss_mb)}"
+        f"Issue 17's targets, as this run measures them:\n\n{targets}\n\n"
         "Commands, from the repository root (each loadgen line ran once per server, with "
         "`SERVER` replaced by that server's command):\n\n"
         f"```sh\n{commands}\n```\n"

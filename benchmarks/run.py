@@ -36,8 +36,20 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from matrix import ENDPOINTS, FULL, IDLE, MEMORY_CLUSTERS, QUICK, Figures, Point, figures
-from matrix_doc import OURS, PEER, Context, Outcome, cpu_model, replace_block, section
+from matrix import (
+    ENDPOINTS,
+    FULL,
+    IDLE,
+    MEMORY_CLUSTERS,
+    OURS,
+    PEER,
+    QUICK,
+    Figures,
+    Outcome,
+    Point,
+    figures,
+)
+from matrix_doc import Context, cpu_model, replace_block, section
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent

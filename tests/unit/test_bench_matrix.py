@@ -40,7 +40,9 @@ from matrix_doc import (  # noqa: E402
     replace_block,
     section,
     table,
+    verdict_line,
 )
+from matrix_targets import Verdict, verdicts  # noqa: E402
 
 X = "\N{MULTIPLICATION SIGN}"
 
@@ -289,3 +291,89 @@ async def test_the_server_and_every_thread_it_starts_run_on_cpu_0() -> None:
         os.sched_setaffinity(0, own)
     assert server.process is not None
     assert server.process.returncode == 0
+
+
+def _figures(**fields: float | None) -> Figures:
+    values: dict[str, Any] = {**OURS.__dict__, "per_stream_kb": None, **fields}
+    return Figures(**values)
+
+
+def _run() -> list[tuple[Point, dict[str, Figures | str]]]:
+    """A whole matrix's worth of figures, some targets met and some missed."""
+    sotw_1000 = Point(protocol="sotw", clients=1000, clusters=1000)
+    delta_1000 = Point(protocol="delta", clients=1000, clusters=1000)
+    sotw_r100 = Point(protocol="sotw", clients=1000, clusters=100)
+    large = Point(protocol="sotw", clients=10, clusters=100_000, pushes=20)
+    return [
+        (
+            sotw_1000,
+            {
+                "xdscore": _figures(initial_s=1.0, push_s=0.5, cpu_per_push_s=0.4),
+                "go-cp": _figures(initial_s=4.0, push_s=6.0),
+            },
+        ),
+        (
+            delta_1000,
+            {
+                "xdscore": _figures(initial_s=2.0, push_s=1.0, cpu_per_push_s=0.8),
+                "go-cp": _figures(initial_s=5.0, push_s=9.0),
+            },
+        ),
+        (
+            sotw_r100,
+            {
+                "xdscore": _figures(initial_s=1.0, push_s=0.1, per_stream_kb=35.5),
+                "go-cp": "failed: timed out",
+            },
+        ),
+        (
+            large,
+            {
+                "xdscore": _figures(
+                    initial_s=5.0, push_s=6.0, push_from_set_s=4.5, peak_rss_mb=1000.0
+                ),
+                "go-cp": _figures(initial_s=20.0, push_s=30.0, peak_rss_mb=2500.0),
+            },
+        ),
+    ]
+
+
+def test_targets_are_judged_from_the_run() -> None:
+    initial, push, delta, large_push, large_rss, memory = verdicts(_run())
+    # 4.0 / 1.0, 5.0 / 2.0, 20 / 5: one point under 3x misses it; the failed peer is left out
+    assert initial.met is False
+    assert initial.measured == (
+        f"SotW 1000 {X} 1000 4.00{X}, Delta 1000 {X} 1000 2.50{X}, SotW 10 {X} 100000 4.00{X}"
+    )
+    # N = 1000 only: 6.0 / 0.5 = 12x and 9.0 / 1.0 = 9x
+    assert push.met is False
+    assert push.measured == f"SotW 1000 {X} 1000 12.00{X}, Delta 1000 {X} 1000 9.00{X}"
+    # Delta 0.8 s of CPU against SotW's 0.4 s at the same N and R: 2x
+    assert delta.met is False
+    assert delta.measured == f"1000 {X} 1000 2.00{X}"
+    # from the cache set 4.5 s <= initial 5.0 s, though 6.0 s from the command
+    assert large_push.met is True
+    expected = "push 4.50 s from the cache set (6.00 s from the command), initial 5.00 s"
+    assert large_push.measured == expected
+    assert large_rss.met is True
+    assert large_rss.measured == "1000 MB against 2500 MB (0.40)"
+    assert memory.met is True
+    assert memory.measured == f"SotW 1000 {X} 100 35.5 KB"
+
+
+def test_targets_without_the_peer_are_not_judged_where_they_need_it() -> None:
+    alone = [(point, {"xdscore": outcomes["xdscore"]}) for point, outcomes in _run()]
+    initial, push, delta, large_push, large_rss, memory = verdicts(alone)
+    for verdict in (initial, push, large_rss):
+        assert verdict.met is None
+        assert verdict.measured == "not measured in this run"
+    assert delta.met is False
+    assert large_push.met is True
+    assert memory.met is True
+    assert [v.met for v in verdicts([])] == [None] * 6
+
+
+def test_a_verdict_is_one_list_item() -> None:
+    assert verdict_line(Verdict("a target", "1.0 s", True)) == "* **met**: a target: 1.0 s."
+    assert verdict_line(Verdict("a target", "2.0 s", False)) == "* **missed**: a target: 2.0 s."
+    assert verdict_line(Verdict("a target", "none", None)) == "* not judged: a target: none."
