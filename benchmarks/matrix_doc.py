@@ -58,7 +58,8 @@ def _times(value: float | None) -> str:
 def figure_row(point: str, server: str, outcome: Outcome) -> str:
     """One server's row: its figures, or the reason it has none across the row."""
     if isinstance(outcome, str):
-        return f"| {point} | {server} | {outcome} | | | | | | | |"
+        reason = outcome.replace("|", "\\|").replace("\n", " ")
+        return f"| {point} | {server} | {reason} | | | | | | | |"
     return (
         f"| {point} | {server} | {outcome.initial_s:.2f} | {outcome.initial_saturation:.2f} "
         f"| {outcome.push_s:.3f} | {outcome.push_saturation:.2f} "

@@ -302,6 +302,8 @@ def run_matrix(
     reports = results.relative_to(ROOT)
     commands = [_invocation()]
     commands += [f"# {name}: SERVER={shlex.quote(cmd)}" for name, cmd in servers.items()]
+    if runs > 1:
+        commands.append(f"# each point {runs} times per server, the reports named NAME-...-1 on")
 
     def note(point: Point) -> None:
         out = str(reports / f"NAME-{point.name}.json")

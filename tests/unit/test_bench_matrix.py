@@ -185,6 +185,8 @@ def test_the_table_says_why_a_server_has_no_figures_and_gives_no_ratio() -> None
     failed = table([(POINT, {"xdscore": OURS, "go-cp": "failed: timed out"})]).splitlines()
     assert failed[3] == "|  | go-cp | failed: timed out | | | | | | | |"
     assert len(failed) == 4
+    piped = table([(POINT, {"xdscore": "failed: a | b\nc"})]).splitlines()
+    assert piped[2] == f"| {POINT.label} (5 pushes) | xdscore | failed: a \\| b c | | | | | | | |"
     alone = table([(POINT, {"xdscore": OURS})]).splitlines()
     assert len(alone) == 3
     assert "go-cp" not in "\n".join(alone)
