@@ -59,7 +59,7 @@ SERVER = (
     f"{sys.executable} {HERE / 'xds_server.py'} "
     "--addr {addr} --clusters {clusters} --endpoints {endpoints}"
 )
-SETTLE_S = 2.0
+SETTLE_S = 1.0
 TIMEOUT_S = 600.0
 
 SCENARIOS = {
