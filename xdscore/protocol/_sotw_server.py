@@ -63,7 +63,7 @@ from ._limits import StreamLimits, check_names, check_subscribed, check_type_cou
 from ._machine import ServerMachine
 from ._ordering import Holding, plan
 from ._state import Effect, Input, Phase, classify, step
-from ._subscription import NOTHING, Subscription
+from ._subscription import NO_NAMES, NOTHING, RequestedNames, Subscription
 from ._view import ResourceView, Selection
 
 __all__ = ["SotwResponse", "SotwServer", "SotwTypeState"]
@@ -87,8 +87,9 @@ class SotwTypeState:
 
     subscription: Subscription
     phase: Phase = Phase.REQUESTED
-    requested: tuple[str, ...] = ()
-    """The ``resource_names`` of the last request, to skip re-reading an unchanged list."""
+    listed: RequestedNames = attrs.field(default=NO_NAMES, repr=False)
+    """The ``resource_names`` of the last request, to skip re-reading an unchanged list
+    (shared by every stream that sent the same list)."""
     held_version: str | None = None
     held: Selection | None = None
     rejected_version: str | None = None
@@ -98,6 +99,11 @@ class SotwTypeState:
     owed: bool = False
     acks: int = 0
     nacks: int = 0
+
+    @property
+    def requested(self) -> tuple[str, ...]:
+        """The ``resource_names`` of the last request."""
+        return self.listed.names
 
 
 class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
@@ -220,7 +226,7 @@ class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
         subscription = Subscription.sotw(
             previous, request.resource_names, wildcard_capable=info.wildcard_capable
         )
-        state = attrs.evolve(state, requested=request.resource_names)
+        state = attrs.evolve(state, listed=RequestedNames.of(request.resource_names))
         if not first and subscription == previous:
             return state
         check_subscribed(len(subscription.names), self._limits)

@@ -14,11 +14,12 @@ Rules (xds_protocol "How the client specifies what resources to return"):
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable
 
 import attrs
 
-__all__ = ["EVERYTHING", "NOTHING", "WILDCARD", "Subscription"]
+__all__ = ["EVERYTHING", "NOTHING", "NO_NAMES", "WILDCARD", "RequestedNames", "Subscription"]
 
 WILDCARD = "*"
 
@@ -57,7 +58,9 @@ class Subscription:
         if not names:
             legacy = wildcard_capable and (previous is None or previous.legacy)
             return _LEGACY_WILDCARD if legacy else NOTHING
-        return cls(names - {WILDCARD}, wildcard=WILDCARD in names, legacy=False)
+        if previous is not None and not previous.wildcard and names == previous.names:
+            return previous
+        return _shared(names - {WILDCARD}, wildcard=WILDCARD in names, legacy=False)
 
     @classmethod
     def delta_initial(
@@ -93,7 +96,23 @@ class Subscription:
             wildcard = False
             legacy = False
         names = (self.names | added) - removed - {WILDCARD}
-        return Subscription(frozenset(names), wildcard=wildcard, legacy=legacy)
+        return _shared(frozenset(names), wildcard=wildcard, legacy=legacy)
+
+
+_LIVE: weakref.WeakValueDictionary[tuple[frozenset[str], bool, bool], Subscription] = (
+    weakref.WeakValueDictionary()
+)
+"""Every subscription some stream holds, by value: streams that ask the same share one
+object (its names and their strings, held once however many streams hold it), and equal
+subscriptions compare by identity first."""
+
+
+def _shared(names: frozenset[str], *, wildcard: bool, legacy: bool) -> Subscription:
+    key = (names, wildcard, legacy)
+    found = _LIVE.get(key)
+    if found is None:
+        found = _LIVE[key] = Subscription(names, wildcard=wildcard, legacy=legacy)
+    return found
 
 
 EVERYTHING = Subscription(frozenset(), wildcard=True)
@@ -101,3 +120,28 @@ EVERYTHING = Subscription(frozenset(), wildcard=True)
 NOTHING = Subscription(frozenset(), wildcard=False, legacy=False)
 """No resource of the type."""
 _LEGACY_WILDCARD = Subscription(frozenset(), wildcard=True, legacy=True)
+
+
+class RequestedNames:
+    """A request's names, as listed (order and repeats kept), held once for every stream
+    whose last request listed the same: at large subscriptions a copy per stream adds up."""
+
+    __slots__ = ("__weakref__", "names")
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self.names = names
+
+    @classmethod
+    def of(cls, names: tuple[str, ...]) -> RequestedNames:
+        """The one object for ``names``."""
+        found = _LISTED.get(names)
+        if found is None:
+            found = _LISTED[names] = cls(names)
+        return found
+
+
+_LISTED: weakref.WeakValueDictionary[tuple[str, ...], RequestedNames] = (
+    weakref.WeakValueDictionary()
+)
+NO_NAMES = RequestedNames.of(())
+"""An empty list of names."""

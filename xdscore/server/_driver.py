@@ -373,23 +373,29 @@ class ServerDriver(Generic[_Request, _Response]):
             if data is None:
                 await self._peer_gone()
                 return
-            request = self._codec.decode(checked(data, self._limit, "request"))
-            call_back(self._callbacks.on_request, self.info, request)
-            if self._catch_up is not None:
-                await self._wait_for_store(request)
-            for event in self.machine.receive(request):
-                if isinstance(event, NodeIdentified):
-                    self.info.node = event.node
-                    _log_open(self.info)
-                    self._check_allowed(event.node)
-                    self._cancel_watch = self._cache.watch(event.node, self._cache_changed)
-                self._record(event)
-                self._dispatch(event)
-            if not self.synced:
-                self._check_synced()
-            self._requested = True
-            self._wake.set()
+            await self._apply(data)
+            # Nothing of the request stays referenced while the next one is awaited (its
+            # names would be held once per stream).
+            del data
             data = await self._stream.receive()
+
+    async def _apply(self, data: bytes) -> None:
+        request = self._codec.decode(checked(data, self._limit, "request"))
+        call_back(self._callbacks.on_request, self.info, request)
+        if self._catch_up is not None:
+            await self._wait_for_store(request)
+        for event in self.machine.receive(request):
+            if isinstance(event, NodeIdentified):
+                self.info.node = event.node
+                _log_open(self.info)
+                self._check_allowed(event.node)
+                self._cancel_watch = self._cache.watch(event.node, self._cache_changed)
+            self._record(event)
+            self._dispatch(event)
+        if not self.synced:
+            self._check_synced()
+        self._requested = True
+        self._wake.set()
 
     async def _wait_for_store(self, request: Any) -> None:
         """Before the first request of a type that presents versions this replica does not
