@@ -153,8 +153,8 @@ async def _run_pair(
 
     try:
         async with anyio.create_task_group() as group:
-            group.start_soon(run, reader, group)
             group.start_soon(run, writer, group)
+            await run(reader, group)  # in this task: one task fewer per stream
     except* StreamClosed:
         pass
     except* ProtocolError as errors:
