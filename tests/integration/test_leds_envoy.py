@@ -1,0 +1,155 @@
+"""LEDS (glob collections of single endpoints) against a real Envoy (1.40), over Delta ADS.
+
+The cluster ``web`` is an EDS cluster whose ClusterLoadAssignment has one locality with no
+endpoints of its own: ``leds_cluster_locality_config`` names the glob collection
+``xdstp://xdscore.test/envoy.config.endpoint.v3.LbEndpoint/web/local/*``. Envoy subscribes to
+that glob over the same ADS stream, and the server answers with every ``LbEndpoint`` resource
+in the collection; endpoints added to or removed from the collection later reach Envoy as
+Delta updates (a resource, or its name in ``removed_resources``), while traffic runs through
+Envoy to real local backends.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+import anyio
+import pytest
+from envoy.config.endpoint.v3 import endpoint_components_pb2, endpoint_pb2
+
+from xdscore import CLUSTER, ENDPOINT, LBENDPOINT, Resource, Snapshot, SnapshotCache
+from xdscore import builders as b
+from xdscore import make_resource as make
+from xdscore.testing import Envoy, EnvoyError, HttpBackend, envoy_bootstrap, free_port
+
+from ._delta_support import DeltaRecorder
+from ._envoy_support import traffic_running, wait_traffic
+from .test_envoy_delta import serving
+
+pytestmark = [pytest.mark.anyio, pytest.mark.envoy, pytest.mark.timeout(90)]
+
+LOOPBACK = "127.0.0.1"
+COLLECTION = "xdstp://xdscore.test/envoy.config.endpoint.v3.LbEndpoint/web/local/*"
+MEMBER = COLLECTION.removesuffix("*")
+NODE_ID = "envoy"
+"""The node id of `envoy_bootstrap`, the key of its snapshot in a `SnapshotCache`."""
+
+
+def leds_assignment() -> endpoint_pb2.ClusterLoadAssignment:
+    """``web``'s assignment: one locality whose endpoints are the LEDS collection."""
+    assignment = endpoint_pb2.ClusterLoadAssignment(cluster_name="web")
+    locality = assignment.endpoints.add()
+    locality.locality.region = "local"
+    locality.load_balancing_weight.value = 1
+    config = locality.leds_cluster_locality_config
+    config.leds_config.CopyFrom(b.ads_source())
+    config.leds_collection_name = COLLECTION
+    return assignment
+
+
+def endpoint(name: str, port: int) -> Resource:
+    """The LbEndpoint ``<collection>/<name>`` for a backend on loopback ``port``."""
+    lb_endpoint = endpoint_components_pb2.LbEndpoint()
+    address = lb_endpoint.endpoint.address.socket_address
+    address.address = LOOPBACK
+    address.port_value = port
+    lb_endpoint.load_balancing_weight.value = 1
+    return make(lb_endpoint, name=MEMBER + name)
+
+
+def snapshot(listener_port: int, endpoints: Iterable[Resource]) -> Snapshot:
+    return Snapshot(
+        [
+            make(b.eds_cluster("web")),
+            make(leds_assignment()),
+            make(b.http_listener("listener_0", listener_port, "route_0")),
+            make(b.route_configuration("route_0", [("/", "web")])),
+            *endpoints,
+        ],
+        types=[LBENDPOINT],
+    )
+
+
+def leds_sent(recorder: DeltaRecorder, since: int = 0) -> list[tuple[list[str], list[str]]]:
+    """Each LEDS response after ``since``: (names sent, names removed)."""
+    return [
+        ([r.name for r in response.resources], list(response.removed))
+        for response in recorder.responses(LBENDPOINT, since=since)
+    ]
+
+
+async def test_endpoints_added_and_removed_through_a_glob_collection_under_traffic() -> None:
+    recorder = DeltaRecorder()
+    with (
+        HttpBackend("hello-1") as one,
+        HttpBackend("hello-2") as two,
+        HttpBackend("hello-3") as three,
+    ):
+        listener_port = free_port()
+        ep1, ep2, ep3 = (
+            endpoint("ep1", one.port),
+            endpoint("ep2", two.port),
+            endpoint("ep3", three.port),
+        )
+        cache = SnapshotCache()
+        cache.set_snapshot(NODE_ID, snapshot(listener_port, [ep1]))
+        async with serving(cache, recorder) as transport:
+            assert transport.port is not None
+            bootstrap = envoy_bootstrap(xds_port=transport.port, delta=True)
+            async with Envoy(bootstrap) as envoy:
+                try:
+                    await wait_traffic(envoy, listener_port, "hello-1", timeout=20)
+                except EnvoyError as exc:
+                    raise AssertionError(f"{exc}\n{recorder.dump()}") from None
+                log = recorder.dump()
+                # Envoy subscribed to the glob on the ADS stream and got its one member.
+                asked = [list(r.resource_names_subscribe) for r in recorder.requests(LBENDPOINT)]
+                assert asked[0] == [COLLECTION], log
+                assert leds_sent(recorder) == [([ep1.name], [])], log
+                assert recorder.latest_acked(LBENDPOINT), log
+                assert recorder.latest_acked(ENDPOINT), log
+                assert recorder.latest_acked(CLUSTER), log
+
+                async with traffic_running(listener_port, interval=0.01) as traffic:
+                    await traffic.flowing(10)
+
+                    async def step(
+                        members: list[Resource], expect: set[str], sent: tuple[list[str], list[str]]
+                    ) -> float:
+                        """Serve ``members``; the seconds until traffic reaches only ``expect``
+                        (20 answers in a row from those backends, all of them among them)."""
+                        mark = recorder.mark()
+                        cache.set_snapshot(NODE_ID, snapshot(listener_port, members))
+                        changed = time.monotonic()
+                        with anyio.fail_after(10):
+                            while True:
+                                await traffic.flowing(20, since=time.monotonic())
+                                recent = {body for _, _, body in traffic.results[-20:]}
+                                if recent == expect:
+                                    break
+                        took = time.monotonic() - changed
+                        log = recorder.dump(mark)
+                        assert leds_sent(recorder, mark) == [sent], log
+                        assert recorder.latest_acked(LBENDPOINT, mark), log
+                        # Only LEDS moved: no cluster, assignment, listener or route was sent.
+                        others = [
+                            r for r in recorder.responses(since=mark) if r.type_url != LBENDPOINT
+                        ]
+                        assert others == [], log
+                        return took
+
+                    added = await step([ep1, ep2], {"hello-1", "hello-2"}, ([ep2.name], []))
+                    added3 = await step(
+                        [ep1, ep2, ep3], {"hello-1", "hello-2", "hello-3"}, ([ep3.name], [])
+                    )
+                    removed = await step([ep2, ep3], {"hello-2", "hello-3"}, ([], [ep1.name]))
+                    removed2 = await step([ep3], {"hello-3"}, ([], [ep2.name]))
+                    await traffic.flowing(20, since=time.monotonic())
+
+                failures = traffic.failures()
+                assert failures == [], failures[:5]
+                assert len(traffic.results) >= 100, len(traffic.results)
+                for took in (added, added3, removed, removed2):
+                    assert took < 5.0, (added, added3, removed, removed2)
+                assert recorder.nacks() == [], recorder.dump()
