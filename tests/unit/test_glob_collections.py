@@ -274,7 +274,7 @@ def test_inv33_a_route_configuration_with_vhds_sent_later_adds_its_namespace() -
     ]
 
 
-def test_inv33_vhds_by_name_or_without_route_configurations_is_unchanged() -> None:
+def test_inv33_vhds_without_route_configurations_sent_is_unchanged() -> None:
     snapshot = Snapshot([vhds_route(), vhost("route_0/a.example")])
     # No route configuration sent on this stream: nothing asked, nothing answered.
     machine = stream()
@@ -284,15 +284,32 @@ def test_inv33_vhds_by_name_or_without_route_configurations_is_unchanged() -> No
     alone = DeltaServer(nonce_source=nonce_source(""), type_url=VIRTUAL_HOST)
     start(alone, VIRTUAL_HOST)
     assert alone.poll(snapshot) == []
-    # A first request that names an alias is answered by alias only.
-    named = ads_with_vhds_route(
-        Snapshot([vhds_route(), vhost("route_0/a.example"), vhost("route_0/b.example")])
+
+
+def test_inv33_aliases_asked_on_demand_add_to_the_namespace() -> None:
+    snapshot = Snapshot([vhds_route(), vhost("route_0/a.example"), vhost("route_1/b.example")])
+    machine = ads_with_vhds_route(snapshot)
+    start(machine, VIRTUAL_HOST, ["route_1/b.example", "route_0/nope.example"])
+    response = only(machine.poll(snapshot))
+    assert response.resources == (
+        vhost("route_0/a.example"),
+        Resource.unresolved(VIRTUAL_HOST, "route_0/nope.example"),
+        vhost("route_1/b.example"),
     )
-    start(named, VIRTUAL_HOST, ["route_0/b.example"])
-    assert sent(
-        only(
-            named.poll(
-                Snapshot([vhds_route(), vhost("route_0/a.example"), vhost("route_0/b.example")])
-            )
-        )
-    ) == ["route_0/b.example"]
+
+
+def test_inv33_inv27_vhds_reconnect_keeps_the_namespace_hosts_it_holds() -> None:
+    # After a reconnect Envoy's first VHDS request names the aliases it asked for on demand
+    # and lists what it holds; the namespace's hosts it holds are neither removed nor resent,
+    # and only what it holds that is gone is removed.
+    a, b_host = vhost("route_0/a.example"), vhost("route_0/b.example")
+    snapshot = Snapshot([vhds_route(), a, b_host])
+    machine = ads_with_vhds_route(snapshot)
+    start(
+        machine,
+        VIRTUAL_HOST,
+        ["route_0/b.example"],
+        initial={a.name: a.version, b_host.name: b_host.version, "route_0/gone": "v0"},
+    )
+    response = only(machine.poll(snapshot))
+    assert (sent(response), response.removed) == ([], ("route_0/gone",))

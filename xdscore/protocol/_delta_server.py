@@ -36,9 +36,18 @@ and never in both lists. ``system_version_info`` is the type's content version, 
 For an aliased type (VHDS), a name subscribed to that resolves to no resource, by name or by
 alias, is answered with an entry carrying that name as its alias and no body
 (:meth:`Resource.unresolved`): Envoy resumes the request paused on that alias only when an
-entry carrying it arrives. A first request that asks for nothing gets no answer (Envoy's
-first VHDS request names nothing and waits for a virtual host of the route configuration's
-namespace, which an empty answer would not give it either).
+entry carrying it arrives. On ADS, a VHDS subscription also watches the namespaces
+(``<name>/*``) of the route configurations with VHDS sent on the stream, then and later:
+Envoy's VHDS watch matches every virtual host named ``<route configuration>/...``, while its
+requests name only the aliases it asks for on demand (its first request names nothing, and
+an empty answer would not reach the watch). Otherwise a first request that asks for nothing
+gets no answer.
+
+Glob collections (``xdstp://…/*``, and those namespaces) are subscribed to as a whole: each
+member is wanted, an owed glob owes each member, and an owed glob with no member is answered
+by its own name in ``removed_resources``. Members are looked up in the collection index of
+the view's shared selection of the whole type, built once per view, so a glob costs a stream
+only its members, and a change only the names that changed.
 
 On ADS, sending a type that others warm on (``warms_on`` in the type registry: clusters on
 their endpoints) makes the names it refers to owed, because a cluster warms until its
@@ -135,9 +144,6 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
         self._namespaces: frozenset[str] = _EMPTY
         """The VHDS namespaces (``<route configuration>/*``) of the route configurations
         with VHDS sent on this ADS stream."""
-        self._vhds_by_namespace = False
-        """Whether the client's first VHDS request named nothing: it then watches the
-        namespaces of its route configurations (Envoy's VHDS watch)."""
 
     def _holding(self, state: DeltaTypeState) -> Holding:
         outstanding = state.outstanding
@@ -259,10 +265,9 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
         if held_versions:
             # A reconnecting client's versions say what it holds of its collections too.
             owed -= subscription.collections
-        if info.type_url == VIRTUAL_HOST and self.aggregated and subscription.empty:
-            self._vhds_by_namespace = True
-            if self._namespaces:
-                subscription = attrs.evolve(subscription, implied=self._namespaces)
+        if info.type_url == VIRTUAL_HOST and self.aggregated and self._namespaces:
+            subscription = attrs.evolve(subscription, implied=self._namespaces)
+            if not held_versions:
                 owed |= self._namespaces
         warm = self._warming.pop(info.type_url, _EMPTY)
         owed |= frozenset(name for name in warm if subscription.wants(name))
@@ -409,15 +414,15 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
         return cached[1].get(name)
 
     def _watch_namespaces(self, sent: Iterable[Resource]) -> None:
-        """Route configurations with VHDS were sent: a client watching VHDS by namespace now
-        also watches theirs, and is owed an answer for each new one."""
+        """Route configurations with VHDS were sent: the client's VHDS subscription, if it
+        has one, now also watches their namespaces, and is owed an answer for each new one."""
         found = frozenset(r.vhds_namespace for r in sent if r.vhds_namespace is not None)
         new = found - self._namespaces
         if not new:
             return
         self._namespaces |= new
         state = self._types.get(VIRTUAL_HOST)
-        if state is None or not self._vhds_by_namespace:
+        if state is None:
             return
         previous = state.subscription
         self._types[VIRTUAL_HOST] = attrs.evolve(
