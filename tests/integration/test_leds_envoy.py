@@ -23,7 +23,7 @@ from xdscore import builders as b
 from xdscore import make_resource as make
 from xdscore.testing import Envoy, EnvoyError, HttpBackend, envoy_bootstrap, free_port
 
-from ._delta_support import DeltaRecorder
+from ._delta_support import DeltaRecorder, stats_reached
 from ._envoy_support import traffic_running, wait_traffic
 from .test_envoy_delta import serving
 
@@ -152,4 +152,41 @@ async def test_endpoints_added_and_removed_through_a_glob_collection_under_traff
                 assert len(traffic.results) >= 100, len(traffic.results)
                 for took in (added, added3, removed, removed2):
                     assert took < 5.0, (added, added3, removed, removed2)
+                assert recorder.nacks() == [], recorder.dump()
+
+
+async def test_an_empty_collection_lets_the_cluster_warm_at_once() -> None:
+    """An empty glob is answered with its own name removed, which reaches Envoy's glob watch:
+    the cluster leaves warming at once instead of after the 15 s initial fetch timeout, and
+    an endpoint added later is served."""
+    recorder = DeltaRecorder()
+    with HttpBackend("hello-1") as one:
+        listener_port = free_port()
+        cache = SnapshotCache()
+        cache.set_snapshot(NODE_ID, snapshot(listener_port, []))
+        async with serving(cache, recorder) as transport:
+            assert transport.port is not None
+            bootstrap = envoy_bootstrap(xds_port=transport.port, delta=True)
+            started = time.monotonic()
+            async with Envoy(bootstrap) as envoy:
+                took = await stats_reached(
+                    envoy,
+                    recorder,
+                    {
+                        # the listener is fetched once the cluster has warmed
+                        "cluster_manager.warming_clusters": 0,
+                        "listener_manager.total_listeners_active": 1,
+                    },
+                    since=started,
+                )
+                log = recorder.dump()
+                assert leds_sent(recorder) == [([], [COLLECTION])], log
+                assert took < 2.0, f"cluster warm after {took:.2f} s\n{log}"
+                assert recorder.latest_acked(LBENDPOINT), log
+
+                mark = recorder.mark()
+                ep1 = endpoint("ep1", one.port)
+                cache.set_snapshot(NODE_ID, snapshot(listener_port, [ep1]))
+                await wait_traffic(envoy, listener_port, "hello-1", timeout=10)
+                assert leds_sent(recorder, mark) == [([ep1.name], [])], recorder.dump(mark)
                 assert recorder.nacks() == [], recorder.dump()

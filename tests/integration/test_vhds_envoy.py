@@ -42,9 +42,9 @@ from xdscore import (
     same_for_all,
 )
 from xdscore import builders as b
-from xdscore.testing import Envoy, EnvoyError, HttpBackend, envoy_bootstrap, free_port
+from xdscore.testing import Envoy, HttpBackend, envoy_bootstrap, free_port
 
-from ._delta_support import DeltaRecorder
+from ._delta_support import DeltaRecorder, stats_reached
 from .test_scopes_envoy import _get as get
 
 pytestmark = [pytest.mark.anyio, pytest.mark.envoy, pytest.mark.timeout(60)]
@@ -125,16 +125,9 @@ async def test_listener_with_on_demand_virtual_hosts_is_ready_within_a_second(
             bootstrap = envoy_bootstrap(xds_port=transport.port, delta=True)
             started = time.monotonic()
             async with Envoy(bootstrap) as envoy:
-
-                async def listener_active() -> bool:
-                    stats = await envoy.stats()
-                    return stats.get("listener_manager.total_listeners_active") == 1
-
-                try:
-                    await envoy.wait_for(listener_active, timeout=5.0, interval=0.02)
-                except EnvoyError as exc:
-                    raise AssertionError(f"{exc}\n{recorder.dump()}") from None
-                ready = time.monotonic() - started
+                ready = await stats_reached(
+                    envoy, recorder, {"listener_manager.total_listeners_active": 1}, since=started
+                )
                 log = recorder.dump()
 
                 # Envoy's first VHDS request names nothing (it watches the namespace route_0);
