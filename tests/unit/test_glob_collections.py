@@ -133,6 +133,23 @@ def test_inv40_a_named_member_subscribed_beside_its_glob_stays_after_the_glob_go
     assert (response.resources, response.removed) == ((changed,), ())
 
 
+def test_inv40_inv30_unsubscribing_a_member_of_a_subscribed_glob_keeps_it() -> None:
+    # As under the wildcard (30): the client cannot tell whether the glob still holds the
+    # name, so it is answered again; and it stays tracked, so its removal is sent later.
+    # (Found by tests/property/test_glob_properties.py.)
+    cache = LinearCache(LBENDPOINT, [IN_1, IN_2])
+    machine = stream()
+    start(machine, LBENDPOINT, [GLOB])
+    ack(machine, only(machine.poll(cache.view())))
+    change(machine, LBENDPOINT, unsubscribe=[IN_1.name])
+    response = only(machine.poll(cache.view()))
+    assert (sent(response), response.removed) == ([IN_1.name], ())
+    ack(machine, response)
+    cache.delete_resource(IN_1.name)
+    response = only(machine.poll(cache.view()))
+    assert (sent(response), response.removed) == ([], (IN_1.name,))
+
+
 def test_inv40_an_empty_glob_is_answered_with_its_own_name_removed() -> None:
     # Envoy's glob watch matches the glob's own name: a removal of it is an answer that
     # reaches the watch (an empty response would reach only wildcard watches).

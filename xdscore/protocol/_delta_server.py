@@ -220,12 +220,18 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
             if subscription.wildcard:
                 owed |= dropped
             else:
-                owed -= dropped - frozenset(subscribe)
+                # A name still in a subscribed collection is answered, as under the wildcard.
+                kept = (
+                    frozenset(filter(subscription.wants, dropped))
+                    if subscription.collections
+                    else _EMPTY
+                )
+                owed = (owed - (dropped - frozenset(subscribe))) | kept
                 gone = dropped & previous.collections
                 held_versions = {
                     n: v
                     for n, v in held_versions.items()
-                    if n not in dropped
+                    if (n not in dropped or n in kept)
                     and (not gone or collection_of(n) not in gone or subscription.wants(n))
                 }
             if WILDCARD in unsubscribe and not subscription.wildcard:
