@@ -22,6 +22,7 @@ from xdscore import CLUSTER, ENDPOINT, LBENDPOINT, Resource, Snapshot, SnapshotC
 from xdscore import builders as b
 from xdscore import make_resource as make
 from xdscore.testing import Envoy, EnvoyError, HttpBackend, envoy_bootstrap, free_port
+from xdscore.wire._csds import StatusQuery
 
 from ._delta_support import DeltaRecorder, stats_reached
 from ._envoy_support import traffic_running, wait_traffic
@@ -110,6 +111,15 @@ async def test_endpoints_added_and_removed_through_a_glob_collection_under_traff
                 assert recorder.latest_acked(LBENDPOINT), log
                 assert recorder.latest_acked(ENDPOINT), log
                 assert recorder.latest_acked(CLUSTER), log
+                # CSDS reports the member as held, and not the glob as a missing resource.
+                reports = transport.server.client_status.reports(StatusQuery())
+                leds = {
+                    (r.name, r.client_status)
+                    for report in reports
+                    for r in report.resources
+                    if r.type_url == LBENDPOINT
+                }
+                assert leds == {(ep1.name, "ACKED")}, leds
 
                 async with traffic_running(listener_port, interval=0.01) as traffic:
                     await traffic.flowing(10)
