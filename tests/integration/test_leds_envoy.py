@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from pathlib import Path
 
 import anyio
 import pytest
@@ -26,6 +27,7 @@ from xdscore.wire._csds import StatusQuery
 
 from ._delta_support import DeltaRecorder, stats_reached
 from ._envoy_support import traffic_running, wait_traffic
+from .test_config_server import APPLIED, REFUSED, render, serve, wait_for_body
 from .test_envoy_delta import serving
 
 pytestmark = [pytest.mark.anyio, pytest.mark.envoy, pytest.mark.timeout(90)]
@@ -200,3 +202,46 @@ async def test_an_empty_collection_lets_the_cluster_warm_at_once() -> None:
                 await wait_traffic(envoy, listener_port, "hello-1", timeout=10)
                 assert leds_sent(recorder, mark) == [([ep1.name], [])], recorder.dump(mark)
                 assert recorder.nacks() == [], recorder.dump()
+
+
+def leds_directory_entry(name: str, port: int) -> str:
+    """An LbEndpoint for the config directory, named by its Resource wrapper."""
+    return (
+        '- "@type": type.googleapis.com/envoy.service.discovery.v3.Resource\n'
+        f'  name: "{MEMBER}{name}"\n'
+        "  resource:\n"
+        '    "@type": type.googleapis.com/envoy.config.endpoint.v3.LbEndpoint\n'
+        "    endpoint:\n"
+        f"      address: {{socket_address: {{address: 127.0.0.1, port_value: {port}}}}}\n"
+    )
+
+
+async def test_a_config_directory_serves_leds_endpoints_and_their_edits(tmp_path: Path) -> None:
+    """``xdscore serve DIR``: backend_a's endpoints are the LEDS collection, its members
+    wrapped LbEndpoint entries of a file; editing the file moves traffic."""
+    with HttpBackend("A") as backend_a, HttpBackend("B") as backend_b:
+        listener, xds = free_port(), free_port()
+        ports = {"LISTENER_PORT": listener, "BACKEND_A_PORT": 1, "BACKEND_B_PORT": backend_b.port}
+        render(tmp_path, ports)
+        endpoints = tmp_path / "endpoints.yaml"
+        first, _, rest = endpoints.read_text().partition("---\n")
+        assert "cluster_name: backend_a" in first
+        endpoints.write_text(
+            '"@type": type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment\n'
+            "cluster_name: backend_a\n"
+            "endpoints:\n"
+            "  - locality: {region: local}\n"
+            "    leds_cluster_locality_config:\n"
+            "      leds_config: {ads: {}, resource_api_version: V3}\n"
+            f'      leds_collection_name: "{COLLECTION}"\n'
+            f"---\n{rest}"
+        )
+        leds = tmp_path / "leds.yaml"
+        leds.write_text(leds_directory_entry("a", backend_a.port))
+        bootstrap = envoy_bootstrap(xds_port=xds, delta=True)
+        async with serve(tmp_path, xds) as served, Envoy(bootstrap):
+            await wait_for_body(listener, "A")
+            leds.write_text(leds_directory_entry("b", backend_b.port))
+            await wait_for_body(listener, "B")
+            assert served.count(REFUSED) == 0, served.lines
+            assert served.count(APPLIED) == 1, served.lines  # the edit (reload #1)
