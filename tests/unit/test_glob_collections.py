@@ -59,6 +59,8 @@ WITH_PARAM = member("web/local/e?zone=z1")
         ("route_0/a.example", "route_0/*"),
         ("route_0/x/y", "route_0/x/*"),
         ("plain", None),
+        ("xdstp://xdscore.test", None),  # no resource type: no collection
+        ("xdstp://xdscore.test/", None),
     ],
 )
 def test_inv40_collection_of_a_name(name: str, collection: str | None) -> None:

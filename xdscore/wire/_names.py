@@ -96,19 +96,22 @@ def _canonical_xdstp(name: str) -> str:
 
 @functools.lru_cache(maxsize=65536)
 def collection_of(name: str) -> str | None:
-    """The glob collection ``name`` (canonical) belongs to; ``None`` for a name without ``/``.
+    """The glob collection ``name`` (canonical) belongs to; ``None`` for a name without ``/``
+    and for an ``xdstp://`` name without a resource type.
 
     A glob is its own collection, so ``collection_of(g) == g`` tells a glob (see the module).
     """
-    if name.startswith(_SCHEME):
-        mark = name.find("?", len(_SCHEME))
-        path, query = (name, "") if mark < 0 else (name[:mark], name[mark:])
-        slash = path.find("/", len(_SCHEME))
-        if slash < 0 or path.find("/", slash + 1) < 0:
-            return path + "/*" + query if slash >= 0 and slash + 1 < len(path) else None
-        return path[: path.rfind("/")] + "/*" + query
-    slash = name.rfind("/")
-    return None if slash < 0 else name[:slash] + "/*"
+    if not name.startswith(_SCHEME):
+        slash = name.rfind("/")
+        return None if slash < 0 else name[:slash] + "/*"
+    mark = name.find("?", len(_SCHEME))
+    path, query = (name, "") if mark < 0 else (name[:mark], name[mark:])
+    authority_end = path.find("/", len(_SCHEME))
+    if authority_end < 0 or authority_end + 1 == len(path):
+        return None  # no resource type
+    last = path.rfind("/")
+    # An empty id (``xdstp://a/T``) is in ``xdstp://a/T/*``, as in Envoy.
+    return (path if last == authority_end else path[:last]) + "/*" + query
 
 
 def is_glob(name: str) -> bool:
