@@ -6,7 +6,8 @@ response (resources added, names removed), ACKs it, and drops by itself what it 
 wants after an unsubscribe (no answer is owed for that, 29). The model decides membership from
 the strings alone, written here from xRFC TP1 rather than from ``collection_of``: a glob
 ``<prefix>/*?<params>`` holds ``<prefix>/<id>?<params>`` where ``<id>`` has no ``/`` and the
-(sorted) parameters are the same.
+(sorted) parameters are the same; ``*`` (the wildcard, subscribed and unsubscribed beside
+the globs) holds everything.
 
 Named invariants, checked after every step:
 
@@ -43,12 +44,13 @@ MEMBERS = [
     )
 ]
 GLOBS = [f"{AUTHORITY}/{path}" for path in ("a/*", "b/*", "a/*?zone=z1", "*", "a/x/*")]
-NAMES = [canonical_name(name) for name in MEMBERS + GLOBS]
+NAMES = [canonical_name(name) for name in MEMBERS + GLOBS] + ["*"]
 
 
 def model_wants(subscribed: set[str], name: str) -> bool:
-    """TP1 glob membership, from the strings: same parameters, one more path segment."""
-    if name in subscribed:
+    """TP1 glob membership, from the strings: same parameters, one more path segment (or
+    everything, under the wildcard ``*``)."""
+    if name in subscribed or "*" in subscribed:
         return True
     path, _, params = name.partition("?")
     for glob in subscribed:

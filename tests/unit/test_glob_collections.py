@@ -152,6 +152,19 @@ def test_inv40_inv30_unsubscribing_a_member_of_a_subscribed_glob_keeps_it() -> N
     assert (sent(response), response.removed) == ([], (IN_1.name,))
 
 
+def test_inv40_leaving_the_wildcard_keeps_what_a_glob_still_wants() -> None:
+    cache = LinearCache(LBENDPOINT, [IN_1, OTHER_PATH])
+    machine = stream()
+    start(machine, LBENDPOINT, ["*", GLOB])
+    ack(machine, only(machine.poll(cache.view())))
+    change(machine, LBENDPOINT, unsubscribe=["*"])
+    assert machine.poll(cache.view()) == []
+    # Still tracked through the glob: its removal reaches the client.
+    cache.delete_resource(IN_1.name)
+    response = only(machine.poll(cache.view()))
+    assert (sent(response), response.removed) == ([], (IN_1.name,))
+
+
 def test_inv40_an_empty_glob_is_answered_with_its_own_name_removed() -> None:
     # Envoy's glob watch matches the glob's own name: a removal of it is an answer that
     # reaches the watch (an empty response would reach only wildcard watches).

@@ -235,7 +235,7 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
                     and (not gone or collection_of(n) not in gone or subscription.wants(n))
                 }
             if WILDCARD in unsubscribe and not subscription.wildcard:
-                held_versions = {n: v for n, v in held_versions.items() if n in subscription.names}
+                held_versions = {n: v for n, v in held_versions.items() if subscription.wants(n)}
         held, rejected = state.held, state.rejected_versions
         if held_versions is not state.held_versions:
             held = {n: r for n, r in held.items() if n in held_versions}
