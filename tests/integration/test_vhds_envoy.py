@@ -12,7 +12,9 @@ a request's host matches none. What Envoy does, as these tests see it:
 * a request for a host it lacks is paused while it subscribes to ``route_0/<host>``; it
   resumes when a response carries an entry with that alias: a virtual host (the request is
   routed) or, for a host the server does not know, a body-less entry (404);
-* virtual hosts added to or removed from the namespace later are pushed to Envoy.
+* virtual hosts added to or removed from the namespace later are pushed to Envoy;
+* after a reconnect its first VHDS request subscribes to ``*`` and the aliases it asked for,
+  listing what it holds.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from xdscore import builders as b
 from xdscore.testing import Envoy, HttpBackend, envoy_bootstrap, free_port
 
 from ._delta_support import DeltaRecorder, stats_reached
+from .test_envoy_delta import serving
 from .test_scopes_envoy import _get as get
 
 pytestmark = [pytest.mark.anyio, pytest.mark.envoy, pytest.mark.timeout(60)]
@@ -218,3 +221,61 @@ async def serves(envoy: Envoy, port: int, host: str, body: str) -> float:
 
     await envoy.wait_for(served, timeout=10, interval=0.05)
     return time.monotonic() - start
+
+
+async def test_virtual_hosts_survive_a_control_plane_restart() -> None:
+    """After a reconnect Envoy's first VHDS request lists the hosts it holds and subscribes to
+    the alias it asked for on demand and to ``*``: its namespace watch, in wildcard form (the
+    first stream's first request named nothing). The new stream removes and resends none of
+    the hosts Envoy holds; the wildcard makes it send the host of another namespace, which
+    Envoy's namespace watch then ignores."""
+    before, after = DeltaRecorder(), DeltaRecorder()
+    with HttpBackend("hello-A") as a:
+        listener_port, xds_port = free_port(), free_port()
+        hosts = [virtual_host("a.example", "a")]
+        snapshot = Snapshot(
+            [
+                make_resource(b.eds_cluster("a")),
+                make_resource(b.load_assignment("a", [(LOOPBACK, a.port)])),
+                make_resource(on_demand_listener(listener_port)),
+                make_resource(vhds_routes()),
+                virtual_host("other.example", "a", route="route_1"),
+                *hosts,
+            ]
+        )
+        cache = SnapshotCache(group=same_for_all)
+        cache.set_snapshot(None, snapshot)
+        first_plane = GrpclibTransport(XdsServer(cache, callbacks=before))
+        await first_plane.start(port=xds_port)
+        bootstrap = envoy_bootstrap(xds_port=xds_port, delta=True)
+        async with Envoy(bootstrap) as envoy:
+            try:
+                await stats_reached(
+                    envoy,
+                    before,
+                    {"listener_manager.total_listeners_active": 1},
+                    since=time.monotonic(),
+                )
+                assert (await timed_get(listener_port, "nope.example"))[0] == 404
+                await serves(envoy, listener_port, "a.example", "hello-A")
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await first_plane.stop()
+            async with serving(cache, after, xds_port):
+
+                def reconnected() -> bool:
+                    return bool(after.requests(VIRTUAL_HOST))
+
+                await envoy.wait_for(reconnected, timeout=30, interval=0.05)
+                await anyio.sleep(0.5)  # let anything due on the new stream go out
+                log = after.dump()
+                first = after.requests(VIRTUAL_HOST)[0]
+                assert sorted(first.initial_resource_versions) == [
+                    "route_0/a.example",
+                    "route_0/nope.example",
+                ], log
+                assert sorted(first.resource_names_subscribe) == ["*", "route_0/nope.example"], log
+                assert vhds_sent(after) == [(["route_1/other.example"], [])], log
+                assert (await timed_get(listener_port, "other.example"))[0] == 404
+                assert (await timed_get(listener_port, "a.example"))[:2] == (200, "hello-A")
+                assert after.nacks() == [], log

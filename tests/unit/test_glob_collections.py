@@ -331,17 +331,24 @@ def test_inv33_aliases_asked_on_demand_add_to_the_namespace() -> None:
 
 
 def test_inv33_inv27_vhds_reconnect_keeps_the_namespace_hosts_it_holds() -> None:
-    # After a reconnect Envoy's first VHDS request names the aliases it asked for on demand
-    # and lists what it holds; the namespace's hosts it holds are neither removed nor resent,
-    # and only what it holds that is gone is removed.
+    # After a reconnect Envoy 1.40's first VHDS request subscribes to "*" and the aliases it
+    # asked for on demand, and lists what it holds (test_vhds_envoy.py reads it off the
+    # wire); the hosts it holds are neither removed nor resent, and only what it holds that
+    # is gone is removed.
     a, b_host = vhost("route_0/a.example"), vhost("route_0/b.example")
     snapshot = Snapshot([vhds_route(), a, b_host])
     machine = ads_with_vhds_route(snapshot)
+    unresolved = Resource.unresolved(VIRTUAL_HOST, "route_0/nope.example")
     start(
         machine,
         VIRTUAL_HOST,
-        ["route_0/b.example"],
-        initial={a.name: a.version, b_host.name: b_host.version, "route_0/gone": "v0"},
+        ["*", "route_0/nope.example"],
+        initial={
+            a.name: a.version,
+            b_host.name: b_host.version,
+            unresolved.name: unresolved.version,
+            "route_0/gone": "v0",
+        },
     )
     response = only(machine.poll(snapshot))
     assert (sent(response), response.removed) == ([], ("route_0/gone",))
