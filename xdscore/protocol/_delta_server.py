@@ -36,9 +36,18 @@ and never in both lists. ``system_version_info`` is the type's content version, 
 For an aliased type (VHDS), a name subscribed to that resolves to no resource, by name or by
 alias, is answered with an entry carrying that name as its alias and no body
 (:meth:`Resource.unresolved`): Envoy resumes the request paused on that alias only when an
-entry carrying it arrives. A first request that asks for nothing gets no answer (Envoy's
-first VHDS request names nothing and waits for a virtual host of the route configuration's
-namespace, which an empty answer would not give it either).
+entry carrying it arrives. On ADS, a VHDS subscription also watches the namespaces
+(``<name>/*``) of the route configurations with VHDS sent on the stream, then and later:
+Envoy's VHDS watch matches every virtual host named ``<route configuration>/...``, while its
+requests name only the aliases it asks for on demand (its first request names nothing, and
+an empty answer would not reach the watch). Otherwise a first request that asks for nothing
+gets no answer.
+
+Glob collections (``xdstp://…/*``, and those namespaces) are subscribed to as a whole: each
+member is wanted, an owed glob owes each member, and an owed glob with no member is answered
+by its own name in ``removed_resources``. Members are looked up in the collection index of
+the view's shared selection of the whole type, built once per view, so a glob costs a stream
+only its members, and a change only the names that changed.
 
 On ADS, sending a type that others warm on (``warms_on`` in the type registry: clusters on
 their endpoints) makes the names it refers to owed, because a cluster warms until its
@@ -54,9 +63,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 
 import attrs
 
+from ..wire._names import collection_of
 from ..wire._records import DeltaDiscoveryRequest, ErrorDetail
 from ..wire._resource import Resource
-from ..wire._typeurls import TypeInfo, type_info
+from ..wire._typeurls import ROUTE, VIRTUAL_HOST, TypeInfo, type_info
 from ._events import Event, ResponseAcked, ResponseNacked, StaleNonceSeen, SubscriptionChanged
 from ._identity import resolve_type
 from ._limits import StreamLimits, check_names, check_subscribed, check_type_count
@@ -131,6 +141,9 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
         """Names owed to a type the client has not asked for yet, because a type that
         warms on it was sent (clusters before their endpoints' subscription arrives)."""
         self._aliases: tuple[Mapping[str, Resource], dict[str, Resource]] | None = None
+        self._namespaces: frozenset[str] = _EMPTY
+        """The VHDS namespaces (``<route configuration>/*``) of the route configurations
+        with VHDS sent on this ADS stream."""
 
     def _holding(self, state: DeltaTypeState) -> Holding:
         outstanding = state.outstanding
@@ -207,10 +220,22 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
             if subscription.wildcard:
                 owed |= dropped
             else:
-                owed -= dropped - frozenset(subscribe)
-                held_versions = {n: v for n, v in held_versions.items() if n not in dropped}
+                # A name still in a subscribed collection is answered, as under the wildcard.
+                kept = (
+                    frozenset(filter(subscription.wants, dropped))
+                    if subscription.collections
+                    else _EMPTY
+                )
+                owed = (owed - (dropped - frozenset(subscribe))) | kept
+                gone = dropped & previous.collections
+                held_versions = {
+                    n: v
+                    for n, v in held_versions.items()
+                    if (n not in dropped or n in kept)
+                    and (not gone or collection_of(n) not in gone or subscription.wants(n))
+                }
             if WILDCARD in unsubscribe and not subscription.wildcard:
-                held_versions = {n: v for n, v in held_versions.items() if n in subscription.names}
+                held_versions = {n: v for n, v in held_versions.items() if subscription.wants(n)}
         held, rejected = state.held, state.rejected_versions
         if held_versions is not state.held_versions:
             held = {n: r for n, r in held.items() if n in held_versions}
@@ -243,6 +268,13 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
         check_subscribed(len(subscription.names), self._limits)
         held_versions = dict(request.initial_resource_versions)
         owed = frozenset(subscribe) - {WILDCARD} - held_versions.keys()
+        if held_versions:
+            # A reconnecting client's versions say what it holds of its collections too.
+            owed -= subscription.collections
+        if info.type_url == VIRTUAL_HOST and self.aggregated and self._namespaces:
+            subscription = attrs.evolve(subscription, implied=self._namespaces)
+            if not held_versions:
+                owed |= self._namespaces
         warm = self._warming.pop(info.type_url, _EMPTY)
         owed |= frozenset(name for name in warm if subscription.wants(name))
         events.append(
@@ -257,15 +289,18 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
         )
 
     def _candidates(
-        self, state: DeltaTypeState, resources: Mapping[str, Resource]
+        self,
+        state: DeltaTypeState,
+        owed: Iterable[str],
+        resources: Mapping[str, Resource],
+        members: Mapping[str, tuple[str, ...]],
     ) -> Iterator[str]:
-        sources: list[Iterable[str]] = [
-            state.owed,
-            state.held_versions,
-            state.subscription.names,
-        ]
-        if state.subscription.wildcard:
+        subscription = state.subscription
+        sources: list[Iterable[str]] = [owed, state.held_versions, subscription.names]
+        if subscription.wildcard:
             sources.append(resources)
+        else:
+            sources += [members.get(collection, ()) for collection in subscription.collections]
         return _unique(*sources)
 
     def _respond(self, type_url: str, view: ResourceView) -> DeltaResponse | None:
@@ -283,11 +318,21 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
         changed = None
         if state.synced is not None:
             changed = view.changed_since(type_url, state.synced)
+        collections = subscription.collections
+        members = _members(view, type_url) if collections else {}
+        owing, empty = _owing(state.owed, collections, members)
+        if owing is not state.owed:
+            state = attrs.evolve(state, owed=owing)
+        removed += empty
         names = (
-            self._candidates(state, resources) if changed is None else _unique(state.owed, changed)
+            self._candidates(state, owing, resources, members)
+            if changed is None
+            else _unique(owing, changed)
         )
         for name in names:
-            owed = name in state.owed
+            if name in collections:
+                continue  # a glob is answered by its members (or, owed and empty, above)
+            owed = name in owing
             resource = self._lookup(type_url, resources, name)
             if resource is not None and not _wanted(subscription, name, resource):
                 resource = None
@@ -357,6 +402,8 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
         )
         if self.aggregated:
             self._owe_warming(type_url, response.resources)
+            if type_url == ROUTE:
+                self._watch_namespaces(response.resources)
         return response
 
     def _lookup(
@@ -371,6 +418,25 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
             index = {alias: r for r in resources.values() for alias in r.aliases}
             cached = self._aliases = (resources, index)
         return cached[1].get(name)
+
+    def _watch_namespaces(self, sent: Iterable[Resource]) -> None:
+        """Route configurations with VHDS were sent: the client's VHDS subscription, if it
+        has one, now also watches their namespaces, and is owed an answer for each new one."""
+        found = frozenset(r.vhds_namespace for r in sent if r.vhds_namespace is not None)
+        new = found - self._namespaces
+        if not new:
+            return
+        self._namespaces |= new
+        state = self._types.get(VIRTUAL_HOST)
+        if state is None:
+            return
+        previous = state.subscription
+        self._types[VIRTUAL_HOST] = attrs.evolve(
+            state,
+            subscription=attrs.evolve(previous, implied=previous.implied | new),
+            owed=state.owed | new,
+            synced=None,
+        )
 
     def _make_before_break(
         self,
@@ -490,6 +556,35 @@ def _unresolved(
     if owed or held_versions.get(name) == entry.version:
         return entry
     return None
+
+
+def _members(view: ResourceView, type_url: str) -> Mapping[str, tuple[str, ...]]:
+    """The names of ``type_url`` by collection: one index per view, shared by streams."""
+    everything = view.select(type_url, EVERYTHING)
+    return everything.collections if everything is not None else {}
+
+
+def _owing(
+    owed: frozenset[str],
+    collections: frozenset[str],
+    members: Mapping[str, tuple[str, ...]],
+) -> tuple[frozenset[str], list[str]]:
+    """The names owed an answer, an owed glob standing for its members; and the owed globs
+    that have none, answered by their own name in ``removed_resources`` (the one answer that
+    reaches a client's glob or namespace watch: an empty response would reach only wildcard
+    watches)."""
+    globs = owed & collections if collections else _EMPTY
+    if not globs:
+        return owed, []
+    names = set(owed - globs)
+    empty: list[str] = []
+    for glob in sorted(globs):
+        found = members.get(glob, ())
+        if found:
+            names.update(found)
+        else:
+            empty.append(glob)
+    return frozenset(names), empty
 
 
 def _unique(*sources: Iterable[str]) -> Iterator[str]:

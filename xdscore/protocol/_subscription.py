@@ -10,6 +10,15 @@ Rules (xds_protocol "How the client specifies what resources to return"):
 * Once any name (``*`` included) was subscribed, the legacy meaning is gone for good on the
   stream: an empty SotW list, or unsubscribing every name in Delta, means "nothing".
 * For types that are not wildcard-capable an empty subscription always means "nothing".
+
+Collections (xRFC TP1 "Glob"): a subscribed ``xdstp://`` name whose id ends in ``/*`` (or is
+``*``) is a glob: it wants every resource whose canonical name is in that collection (same
+authority, type, id prefix and context parameters; :func:`~xdscore.wire._names.collection_of`),
+now and later, next to any names of the same collection subscribed to one by one. A glob
+stays in ``names`` (so it is unsubscribed like a name) and is listed in ``collections``.
+``implied`` holds collections the server watches for the client without the client naming
+them: the namespaces (``route_0/*``) of the route configurations with VHDS sent on an ADS
+stream, which Envoy's VHDS watch matches although its request names nothing.
 """
 
 from __future__ import annotations
@@ -18,6 +27,8 @@ import weakref
 from collections.abc import Iterable
 
 import attrs
+
+from ..wire._names import collection_of, is_glob
 
 __all__ = ["EVERYTHING", "NOTHING", "NO_NAMES", "WILDCARD", "RequestedNames", "Subscription"]
 
@@ -35,15 +46,27 @@ class Subscription:
     names: frozenset[str] = frozenset()
     wildcard: bool = False
     legacy: bool = False
+    implied: frozenset[str] = frozenset()
+    collections: frozenset[str] = attrs.field(init=False, eq=False, repr=False)
+    """The glob collections subscribed to: the globs among ``names``, and ``implied``."""
+
+    @collections.default
+    def _collections(self) -> frozenset[str]:
+        globs = frozenset(name for name in self.names if is_glob(name))
+        return globs | self.implied if self.implied else globs
 
     def wants(self, name: str) -> bool:
         """Whether a resource called ``name`` belongs to this subscription."""
-        return self.wildcard or name in self.names
+        return (
+            self.wildcard
+            or name in self.names
+            or (bool(self.collections) and collection_of(name) in self.collections)
+        )
 
     @property
     def empty(self) -> bool:
         """True when the client wants nothing of this type."""
-        return not self.wildcard and not self.names
+        return not self.wildcard and not self.names and not self.implied
 
     @classmethod
     def sotw(
@@ -96,22 +119,23 @@ class Subscription:
             wildcard = False
             legacy = False
         names = (self.names | added) - removed - {WILDCARD}
-        return _shared(frozenset(names), wildcard=wildcard, legacy=legacy)
+        return _shared(frozenset(names), wildcard=wildcard, legacy=legacy, implied=self.implied)
 
 
-_LIVE: weakref.WeakValueDictionary[tuple[frozenset[str], bool, bool], Subscription] = (
-    weakref.WeakValueDictionary()
-)
+_Key = tuple[frozenset[str], bool, bool, frozenset[str]]
+_LIVE: weakref.WeakValueDictionary[_Key, Subscription] = weakref.WeakValueDictionary()
 """Every subscription some stream holds, by value: streams that ask the same share one
 object (its names and their strings, held once however many streams hold it), and equal
 subscriptions compare by identity first."""
 
 
-def _shared(names: frozenset[str], *, wildcard: bool, legacy: bool) -> Subscription:
-    key = (names, wildcard, legacy)
+def _shared(
+    names: frozenset[str], *, wildcard: bool, legacy: bool, implied: frozenset[str] = frozenset()
+) -> Subscription:
+    key = (names, wildcard, legacy, implied)
     found = _LIVE.get(key)
     if found is None:
-        found = _LIVE[key] = Subscription(names, wildcard=wildcard, legacy=legacy)
+        found = _LIVE[key] = Subscription(names, wildcard=wildcard, legacy=legacy, implied=implied)
     return found
 
 

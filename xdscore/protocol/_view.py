@@ -16,6 +16,7 @@ from typing import Protocol
 import attrs
 
 from ..wire._framing import string_field
+from ..wire._names import collection_of
 from ..wire._resource import VERSION_BYTES, Resource
 from ..wire._typeurls import type_info
 from ._subscription import Subscription
@@ -64,6 +65,17 @@ class Selection:
             if any(type_info(ref.type_url).rank < rank for ref in resource.references):
                 return True
         return False
+
+    @functools.cached_property
+    def collections(self) -> Mapping[str, tuple[str, ...]]:
+        """The names of this selection by the glob collection each is in (see
+        :func:`~xdscore.wire._names.collection_of`); built on first use, shared by streams."""
+        index: dict[str, list[str]] = {}
+        for name in self.resources:
+            collection = collection_of(name)
+            if collection is not None:
+                index.setdefault(collection, []).append(name)
+        return {collection: tuple(names) for collection, names in index.items()}
 
     @functools.cached_property
     def sotw_body(self) -> bytes:

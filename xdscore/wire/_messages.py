@@ -85,6 +85,13 @@ def resource_name(type_url: str, message: Message) -> str:
     return name
 
 
+def has_own_name(type_url: str) -> bool:
+    """Whether resources of ``type_url`` carry their name in a field of their own (an
+    ``LbEndpoint`` does not: LEDS names it only in the Delta ``Resource`` wrapper)."""
+    field = _NAME_FIELDS.get(type_url, "name")
+    return field in message_class(type_url).DESCRIPTOR.fields_by_name
+
+
 def decode_resource(type_url: str, body: bytes) -> Message:
     """Parse ``body`` as the protobuf message for ``type_url``."""
     cls = message_class(type_url)

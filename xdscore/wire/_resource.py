@@ -15,7 +15,7 @@ import attrs
 
 from ._framing import bytes_field, string_field
 from ._names import canonical_name
-from ._references import Reference, references
+from ._references import Reference, references, vhds_namespace
 
 __all__ = ["VERSION_BYTES", "Resource", "content_version"]
 
@@ -68,6 +68,12 @@ class Resource:
     def references(self) -> tuple[Reference, ...]:
         """The resources this one refers to by name (see :mod:`xdscore.wire._references`)."""
         return references(self.type_url, self.body)
+
+    @functools.cached_property
+    def vhds_namespace(self) -> str | None:
+        """For a route configuration with VHDS, the namespace collection of its virtual
+        hosts (``<name>/*``), decoded once; ``None`` otherwise."""
+        return vhds_namespace(self.type_url, self.body)
 
     @functools.cached_property
     def sotw_entry(self) -> bytes:
