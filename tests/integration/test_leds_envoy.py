@@ -11,6 +11,7 @@ Envoy to real local backends.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -19,16 +20,7 @@ import anyio
 import pytest
 from envoy.config.endpoint.v3 import endpoint_components_pb2, endpoint_pb2
 
-from xdscore import (
-    CLUSTER,
-    ENDPOINT,
-    LBENDPOINT,
-    GrpclibTransport,
-    Resource,
-    Snapshot,
-    SnapshotCache,
-    XdsServer,
-)
+from xdscore import CLUSTER, ENDPOINT, LBENDPOINT, Resource, Snapshot, SnapshotCache
 from xdscore import builders as b
 from xdscore import make_resource as make
 from xdscore.protocol import DeltaDiscoveryRequest
@@ -296,14 +288,11 @@ async def reconnect_after(
         cache.set_snapshot(
             NODE_ID, snapshot(listener_port, [endpoint(n, ports[n]) for n in served])
         )
-        first_plane = GrpclibTransport(XdsServer(cache, callbacks=before))
-        await first_plane.start(port=xds_port)
-        async with Envoy(envoy_bootstrap(xds_port=xds_port, delta=True)) as envoy:
-            try:
-                await wait_traffic(envoy, listener_port, "hello-1", timeout=20)
-            finally:
-                with anyio.CancelScope(shield=True):
-                    await first_plane.stop()
+        plane = contextlib.AsyncExitStack()
+        await plane.enter_async_context(serving(cache, before, xds_port))
+        async with plane, Envoy(envoy_bootstrap(xds_port=xds_port, delta=True)) as envoy:
+            await wait_traffic(envoy, listener_port, "hello-1", timeout=20)
+            await plane.aclose()  # the first control plane goes away
             cache.set_snapshot(
                 NODE_ID, snapshot(listener_port, [endpoint(n, ports[n]) for n in then])
             )

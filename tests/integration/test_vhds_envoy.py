@@ -19,6 +19,7 @@ a request's host matches none. What Envoy does, as these tests see it:
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
@@ -245,22 +246,18 @@ async def test_virtual_hosts_survive_a_control_plane_restart() -> None:
         )
         cache = SnapshotCache(group=same_for_all)
         cache.set_snapshot(None, snapshot)
-        first_plane = GrpclibTransport(XdsServer(cache, callbacks=before))
-        await first_plane.start(port=xds_port)
-        bootstrap = envoy_bootstrap(xds_port=xds_port, delta=True)
-        async with Envoy(bootstrap) as envoy:
-            try:
-                await stats_reached(
-                    envoy,
-                    before,
-                    {"listener_manager.total_listeners_active": 1},
-                    since=time.monotonic(),
-                )
-                assert (await timed_get(listener_port, "nope.example"))[0] == 404
-                await serves(envoy, listener_port, "a.example", "hello-A")
-            finally:
-                with anyio.CancelScope(shield=True):
-                    await first_plane.stop()
+        plane = contextlib.AsyncExitStack()
+        await plane.enter_async_context(serving(cache, before, xds_port))
+        async with plane, Envoy(envoy_bootstrap(xds_port=xds_port, delta=True)) as envoy:
+            await stats_reached(
+                envoy,
+                before,
+                {"listener_manager.total_listeners_active": 1},
+                since=time.monotonic(),
+            )
+            assert (await timed_get(listener_port, "nope.example"))[0] == 404
+            await serves(envoy, listener_port, "a.example", "hello-A")
+            await plane.aclose()  # the first control plane goes away
             async with serving(cache, after, xds_port):
 
                 def reconnected() -> bool:
