@@ -30,6 +30,14 @@ from ._events import (
     StaleNonceSeen,
     SubscriptionChanged,
 )
+from ._features import (
+    ASSUMED_FEATURES,
+    NO_FEATURES,
+    RESOURCE_ERRORS,
+    RESOURCE_IN_SOTW,
+    SUPPORTS_TTL,
+    ClientFeatures,
+)
 from ._limits import StreamLimits
 from ._sotw_client import SotwClient, SotwClientTypeState, Validator
 from ._sotw_server import SotwResponse, SotwServer, SotwTypeState
@@ -38,8 +46,14 @@ from ._subscription import EVERYTHING, WILDCARD, Subscription
 from ._view import ResourceView, Selection
 
 __all__ = [
+    "ASSUMED_FEATURES",
     "EVERYTHING",
+    "NO_FEATURES",
+    "RESOURCE_ERRORS",
+    "RESOURCE_IN_SOTW",
+    "SUPPORTS_TTL",
     "WILDCARD",
+    "ClientFeatures",
     "DeltaClient",
     "DeltaClientTypeState",
     "DeltaDiscoveryRequest",

@@ -46,11 +46,18 @@ endpoints arrive, and a reconnecting or updated cluster may not ask for them aga
 ADS, what is due goes through make-before-break ordering (:mod:`xdscore.protocol._ordering`):
 a changed resource that refers to something the client does not hold yet waits, and so does
 the removal of a resource that something the client holds still refers to.
+
+TTLs reach a client that supports them (:class:`~xdscore.protocol.ClientFeatures`) in each
+entry's ``ttl`` (``DeltaResponse.ttl``); others get the entries without it. A heartbeat
+(:meth:`~DeltaServer.heartbeat`) carries, for the resources with a TTL the client holds at
+their current version, each name, version and TTL without a body (``DeltaResponse.heartbeat``):
+the client restarts those TTLs and applies nothing. Virtual hosts are repeated in full
+instead, since Envoy takes a body-less VHDS entry for an unresolved alias, not a heartbeat.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 
 import attrs
 
@@ -84,6 +91,10 @@ class DeltaResponse:
     system_version_info: str
     resources: tuple[Resource, ...]
     removed: tuple[str, ...]
+    ttl: bool = False
+    """Encode each resource's TTL (the client supports TTLs)."""
+    heartbeat: bool = False
+    """Encode the resources as heartbeats: name, version and TTL, no body."""
 
 
 @attrs.frozen(kw_only=True)
@@ -335,6 +346,7 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
         *,
         synced: Mapping[str, Resource] | None,
         owed: frozenset[str] = _EMPTY,
+        heartbeat: bool = False,
     ) -> DeltaResponse:
         """Put ``sending`` and ``removed`` in flight; ``owed`` stays owed (deferred names)."""
         everything = view.select(type_url, EVERYTHING)
@@ -345,6 +357,8 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
             system_version_info=everything.version if everything is not None else "",
             resources=tuple(sorted(sending, key=lambda r: r.name)),
             removed=tuple(sorted(removed)),
+            ttl=self.features.ttl,
+            heartbeat=heartbeat,
         )
         self._types[type_url] = attrs.evolve(
             state,
@@ -355,9 +369,52 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
             owed=state.owed & owed,
             synced=synced,
         )
-        if self.aggregated:
+        if self.aggregated and not heartbeat:
             self._owe_warming(type_url, response.resources)
         return response
+
+    def _beat(
+        self, type_url: str, view: ResourceView, quiet: Collection[tuple[str, str]]
+    ) -> DeltaResponse | None:
+        state = self._types[type_url]
+        if not self.features.ttl or state.outstanding is not None or not state.held:
+            return None
+        resources = view.resources(type_url)
+        if resources is None:
+            return None
+        beating = [
+            resource
+            for name, resource in state.held.items()
+            if resource.ttl is not None
+            and (type_url, name) not in quiet
+            and state.held_versions.get(name) == resource.version
+            and (current := resources.get(name)) is not None
+            and current.version == resource.version
+        ]
+        if not beating:
+            return None
+        return self._send(
+            type_url,
+            state,
+            beating,
+            [],
+            view,
+            synced=state.synced,
+            owed=state.owed,
+            heartbeat=not type_info(type_url).aliased,
+        )
+
+    def _ttl(self, state: DeltaTypeState) -> float | None:
+        if not self.features.ttl:
+            return None
+        arriving = state.outstanding.resources if state.outstanding is not None else ()
+        ttls = [
+            r.ttl for source in (state.held.values(), arriving) for r in source if r.ttl is not None
+        ]
+        return min(ttls) if ttls else None
+
+    def _owe(self, state: DeltaTypeState, names: frozenset[str]) -> DeltaTypeState:
+        return attrs.evolve(state, owed=state.owed | (names & state.held_versions.keys()))
 
     def _lookup(
         self, type_url: str, resources: Mapping[str, Resource], name: str

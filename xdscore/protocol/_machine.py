@@ -9,6 +9,7 @@ from .._errors import ProtocolError
 from ..wire._records import Node
 from ..wire._typeurls import type_info
 from ._events import Event, NodeIdentified
+from ._features import NO_FEATURES, ClientFeatures
 from ._identity import check_node
 from ._limits import StreamLimits
 from ._ordering import Holding, Holdings
@@ -56,6 +57,13 @@ class ServerMachine(Generic[_State, _Request, _Response]):
         """The client's node, from the first request (``None`` before it)."""
         self.state = StreamState.OPEN
         """OPEN, or ERROR for good after a protocol error."""
+        self.features: ClientFeatures = NO_FEATURES
+        """What the client can read beyond the plain protocol (see :meth:`use_features`)."""
+
+    def use_features(self, features: ClientFeatures) -> None:
+        """Encode what is sent from now on for a client that reads ``features`` (the runtime
+        works them out from the first request's node; until then: none)."""
+        self.features = features
 
     @property
     def aggregated(self) -> bool:
@@ -114,6 +122,42 @@ class ServerMachine(Generic[_State, _Request, _Response]):
                 out.append(response)
         return out
 
+    def heartbeat(
+        self, view: ResourceView | None, *, quiet: Collection[tuple[str, str]] = ()
+    ) -> list[_Response]:
+        """Heartbeats to send now against ``view``, in the order of their types.
+
+        For each type with nothing in flight, the resources with a TTL that the client
+        holds at their current version, unless ``(type_url, name)`` is in ``quiet``; only
+        for a client that supports TTLs. A Delta heartbeat carries names, versions and TTLs
+        without bodies; a SotW one repeats the held state, wrapped (see the machines).
+        Each response returned is in flight, as from :meth:`poll`. The caller decides when:
+        before the shortest TTL (:meth:`shortest_ttl`) lapses.
+        """
+        ensure_open(self.state)
+        if view is None:
+            return []
+        out: list[_Response] = []
+        for type_url in sorted(self._types, key=lambda url: (type_info(url).rank, url)):
+            response = self._beat(type_url, view, quiet)
+            if response is not None:
+                out.append(response)
+        return out
+
+    def shortest_ttl(self) -> float | None:
+        """The smallest TTL of what the client holds or has in flight, for a client that
+        supports TTLs (``None``: nothing it holds expires)."""
+        ttls = [ttl for state in self._types.values() if (ttl := self._ttl(state)) is not None]
+        return min(ttls) if ttls else None
+
+    def refresh(self, type_url: str, names: Collection[str]) -> None:
+        """Owe the client ``names`` of ``type_url`` in full at the next :meth:`poll`, even
+        if it holds their versions (after their heartbeats were stopped, the client may have
+        let them expire)."""
+        state = self._types.get(type_url)
+        if state is not None and names:
+            self._types[type_url] = self._owe(state, frozenset(names))
+
     def holdings(self) -> Holdings:
         """What the client holds of every type it asked for, for make-before-break."""
         return {type_url: self._holding(state) for type_url, state in self._types.items()}
@@ -131,4 +175,15 @@ class ServerMachine(Generic[_State, _Request, _Response]):
         raise NotImplementedError
 
     def _holding(self, state: _State) -> Holding:
+        raise NotImplementedError
+
+    def _beat(
+        self, type_url: str, view: ResourceView, quiet: Collection[tuple[str, str]]
+    ) -> _Response | None:
+        raise NotImplementedError
+
+    def _ttl(self, state: _State) -> float | None:
+        raise NotImplementedError
+
+    def _owe(self, state: _State, names: frozenset[str]) -> _State:
         raise NotImplementedError

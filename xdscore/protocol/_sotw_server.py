@@ -45,11 +45,22 @@ Rules, in the order :meth:`~SotwServer.receive` applies them:
 current selection when nothing is in flight, it differs from the rejected version, and it
 differs from what the client holds or a response is owed. LDS, CDS and SRDS selections are
 full state: all their resources, every time.
+
+For a client that reads TTLs and wrapped entries (:class:`~xdscore.protocol.ClientFeatures`),
+resources with a TTL are sent wrapped in ``envoy.service.discovery.v3.Resource``
+(``SotwResponse.wrapped``; the wrapped body is shared like the plain one). Its heartbeat
+(:meth:`~SotwServer.heartbeat`) repeats the held selection, bodies included, at the held
+version: a body-less SotW entry is not a TTL refresh for Envoy (its SotW client sets TTLs
+only from the resources it applies, and leaves body-less entries out of the state it
+applies, which for listeners and clusters would delete them). For LDS, CDS and SRDS the
+heartbeat is all or nothing, since a SotW response of those types is the whole state: a
+type with a quiet resource gets none. Other types repeat only their non-quiet resources with
+a TTL, and the client's acknowledgement leaves what it is known to hold unchanged.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from types import MappingProxyType
 
 import attrs
@@ -79,6 +90,10 @@ class SotwResponse:
     version_info: str
     nonce: str
     selection: Selection
+    wrapped: bool = False
+    """Encode the resources that have a TTL wrapped, with it (``Selection.sotw_wrapped_body``)."""
+    heartbeat: bool = False
+    """A heartbeat: the held version again, to restart the client's TTLs."""
 
 
 @attrs.frozen(kw_only=True)
@@ -166,7 +181,7 @@ class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
                 state = attrs.evolve(
                     state,
                     held_version=outstanding.version_info,
-                    held=outstanding.selection,
+                    held=state.held if outstanding.heartbeat else outstanding.selection,
                     rejected_version=None,
                     outstanding=None,
                     acks=state.acks + 1,
@@ -266,22 +281,78 @@ class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
             return None
         if not owed and selection.version == state.held_version:
             return None
-        move = step("sotw", type_url, state.phase, Input.RESPOND)
-        response = SotwResponse(
-            type_url=type_url,
-            version_info=selection.version,
-            nonce=self._nonce_source(),
-            selection=selection,
-        )
-        self._types[type_url] = attrs.evolve(
-            state, phase=move.next, outstanding=response, latest_nonce=response.nonce, owed=False
-        )
+        response = self._send(state, selection, selection.version)
         if self.aggregated:
             warms_on = type_info(type_url).warms_on
             self._warming -= {type_url}
             if warms_on is not None:
                 self._warming |= {warms_on}
         return response
+
+    def _send(
+        self, state: SotwTypeState, selection: Selection, version: str, *, heartbeat: bool = False
+    ) -> SotwResponse:
+        """Put ``selection`` in flight at ``version``."""
+        type_url = selection.type_url
+        move = step("sotw", type_url, state.phase, Input.RESPOND)
+        response = SotwResponse(
+            type_url=type_url,
+            version_info=version,
+            nonce=self._nonce_source(),
+            selection=selection,
+            wrapped=self.features.sotw_ttl and selection.shortest_ttl is not None,
+            heartbeat=heartbeat,
+        )
+        self._types[type_url] = attrs.evolve(
+            state,
+            phase=move.next,
+            outstanding=response,
+            latest_nonce=response.nonce,
+            owed=False,
+        )
+        return response
+
+    def _beat(
+        self, type_url: str, view: ResourceView, quiet: Collection[tuple[str, str]]
+    ) -> SotwResponse | None:
+        state = self._types[type_url]
+        if not self.features.sotw_ttl or state.outstanding is not None or state.owed:
+            return None
+        if state.held is None or state.held_version is None:
+            return None
+        selection = view.select(type_url, state.subscription)
+        if selection is None or selection.version != state.held_version:
+            return None  # a change is due instead, which restarts the TTLs
+        if selection.shortest_ttl is None:
+            return None
+        beating = {
+            name: resource
+            for name, resource in selection.resources.items()
+            if resource.ttl is not None and (type_url, name) not in quiet
+        }
+        if type_info(type_url).sotw_full_state:
+            if len(beating) < sum(1 for r in selection.resources.values() if r.ttl is not None):
+                return None
+        elif not beating:
+            return None
+        elif len(beating) < len(selection):
+            selection = Selection.of(type_url, beating)
+        return self._send(state, selection, state.held_version, heartbeat=True)
+
+    def _ttl(self, state: SotwTypeState) -> float | None:
+        if not self.features.sotw_ttl:
+            return None
+        outstanding = state.outstanding
+        selections = (state.held, outstanding.selection if outstanding is not None else None)
+        ttls = [
+            ttl
+            for selection in selections
+            if selection is not None and (ttl := selection.shortest_ttl) is not None
+        ]
+        return min(ttls) if ttls else None
+
+    def _owe(self, state: SotwTypeState, names: frozenset[str]) -> SotwTypeState:
+        return attrs.evolve(state, owed=True)
 
     def _make_before_break(
         self, type_url: str, desired: Selection, held: Selection | None, view: ResourceView

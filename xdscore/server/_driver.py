@@ -37,6 +37,7 @@ from ..protocol._events import (
     StaleNonceSeen,
     SubscriptionChanged,
 )
+from ..protocol._features import ASSUMED_FEATURES, ClientFeatures
 from ..protocol._follow import Follower
 from ..protocol._sotw_client import SotwClient
 from ..protocol._sotw_server import SotwResponse
@@ -54,6 +55,7 @@ from ._admission import PushSlots
 from ._authorization import Authorizer
 from ._callbacks import ServerCallbacks, StreamInfo
 from ._catch_up import CatchUp, presents_unknown
+from ._heartbeat import DEFAULT_HEARTBEAT_FRACTION, HeartbeatSchedule
 from ._metrics import Metrics, type_label
 from ._pacer import Pacer
 from ._status import NackRecord, TypeRecord
@@ -112,6 +114,16 @@ class ServerMachine(Protocol[_Request_in, _Response_out]):
     def poll(
         self, view: ResourceView | None, only: Collection[str] | None = None
     ) -> Sequence[_Response_out]: ...
+
+    def heartbeat(
+        self, view: ResourceView | None, *, quiet: Collection[tuple[str, str]] = ()
+    ) -> Sequence[_Response_out]: ...
+
+    def shortest_ttl(self) -> float | None: ...
+
+    def refresh(self, type_url: str, names: Collection[str]) -> None: ...
+
+    def use_features(self, features: ClientFeatures) -> None: ...
 
     def type_states(self) -> Mapping[str, _Phased]: ...
 
@@ -199,10 +211,11 @@ class ServerCodec(Generic[_Request, _Response]):
 
 
 def _encode_sotw(response: SotwResponse, control_plane: str) -> bytes:
+    selection = response.selection
     return _codec.encode_sotw_response(
         version_info=response.version_info,
         nonce=response.nonce,
-        body=response.selection.sotw_body,
+        body=selection.sotw_wrapped_body if response.wrapped else selection.sotw_body,
         control_plane=control_plane,
     )
 
@@ -215,6 +228,8 @@ def _encode_delta(response: DeltaResponse, control_plane: str) -> bytes:
         resources=response.resources,
         removed=response.removed,
         control_plane=control_plane,
+        ttl=response.ttl,
+        heartbeat=response.heartbeat,
     )
 
 
@@ -244,6 +259,12 @@ class ServerDriver(Generic[_Request, _Response]):
     its side does not end the stream: the server goes on pushing until it leaves. The driver
     keeps each type's :class:`~xdscore.server.TypeRecord` in ``records`` and, given
     ``metrics``, records pushes, answers and convergence times.
+
+    The first request's node says, with ``assumed_features`` (by user agent), which optional
+    encodings the client reads (:class:`~xdscore.protocol.ClientFeatures`); the driver hands
+    them to the machine. While the client holds resources with a TTL it sends heartbeats
+    every ``heartbeat_fraction`` of the shortest one (0: never), except for the
+    ``(type_url, name)`` pairs in ``quiet_heartbeats`` (a live set).
     """
 
     def __init__(
@@ -266,6 +287,9 @@ class ServerDriver(Generic[_Request, _Response]):
         pacer: Pacer | None = None,
         catch_up: CatchUp | None = None,
         catch_up_timeout: float = 0.0,
+        assumed_features: Mapping[str, Collection[str]] = ASSUMED_FEATURES,
+        heartbeat_fraction: float = DEFAULT_HEARTBEAT_FRACTION,
+        quiet_heartbeats: Collection[tuple[str, str]] = (),
     ) -> None:
         self.machine = machine
         self.info = info
@@ -285,6 +309,8 @@ class ServerDriver(Generic[_Request, _Response]):
         self._pacer = pacer
         self._catch_up = catch_up
         self._catch_up_timeout = catch_up_timeout
+        self._assumed = assumed_features
+        self._heartbeats = HeartbeatSchedule(heartbeat_fraction, quiet_heartbeats, time.monotonic)
         self._requested = False
         """A request arrived since the write task last looked: answer it at once."""
         self._polled = (-1.0, -1.0)
@@ -375,6 +401,8 @@ class ServerDriver(Generic[_Request, _Response]):
             for event in self.machine.receive(request):
                 if isinstance(event, NodeIdentified):
                     self.info.node = event.node
+                    self.info.features = ClientFeatures.of(event.node, self._assumed)
+                    self.machine.use_features(self.info.features)
                     _log_open(self.info)
                     self._check_allowed(event.node)
                     self._cancel_watch = self._cache.watch(event.node, self._cache_changed)
@@ -410,11 +438,26 @@ class ServerDriver(Generic[_Request, _Response]):
 
     async def _write(self) -> None:
         while not self._finished():
-            await self._wake.wait()
+            await self._wait()
             more = True
             while more and not self._finished():
                 only, more = await self._next_round()
                 await self._push(only)
+
+    async def _wait(self) -> None:
+        """Until woken, or until the next heartbeat is due."""
+        wait = self._heartbeats.wait()
+        if wait is None:
+            await self._wake.wait()
+            return
+        with anyio.move_on_after(wait):
+            await self._wake.wait()
+
+    def refresh(self, type_url: str, names: Collection[str]) -> None:
+        """Send ``names`` of ``type_url`` in full again, soon (see ``machine.refresh``)."""
+        self.machine.refresh(type_url, names)
+        self._requested = True
+        self._wake.set()
 
     def finish(self, *, now: bool = False) -> None:
         """End the stream cleanly between two responses: once the client has answered every
@@ -465,7 +508,11 @@ class ServerDriver(Generic[_Request, _Response]):
         held = True
         try:
             view = self._cache.view(node) if node is not None else None
-            for response in self.machine.poll(view, only):
+            responses = list(self.machine.poll(view, only))
+            beat = self._heartbeats.due()
+            if beat:
+                responses += self.machine.heartbeat(view, quiet=self._heartbeats.quiet)
+            for response in responses:
                 data = self._codec.encode(response, self._control_plane)
                 if held and not _writable(self._stream, len(data)):
                     # The client is not reading: nobody else waits for it.
@@ -473,6 +520,9 @@ class ServerDriver(Generic[_Request, _Response]):
                     held = False
                 sent.add(await self._send(response, data, changed, started))
                 del data
+            del responses
+            if beat:
+                self._heartbeats.beaten()
             # Nothing of this round stays referenced while the stream waits: not the view,
             # not an encoded response (one per idle stream would add up).
             del view
@@ -502,10 +552,16 @@ class ServerDriver(Generic[_Request, _Response]):
         record = self._records_for(type_url)
         record.sent_version, record.sent_nonce = version, nonce
         record.sent_at = time.time()
+        beats = _heartbeats(response)
+        if beats or _carries_ttl(response):
+            self._heartbeats.held(self.machine.shortest_ttl())
         if metrics is not None:
             metrics.push_seconds(type_url).observe(time.monotonic() - started)
             metrics.responses(type_url).inc()
             metrics.response_bytes(type_url).inc(len(data))
+            if beats:
+                metrics.heartbeats(type_url).inc()
+                metrics.heartbeat_resources(type_url).inc(beats)
         call_back(self._callbacks.on_response, self.info, response)
         return type_url
 
@@ -584,6 +640,22 @@ def _writable(stream: ByteStream, size: int) -> bool:
     return True if writable is None else bool(writable(size))
 
 
+def _carries_ttl(response: Any) -> bool:
+    """Whether ``response`` sends a resource with a TTL."""
+    if isinstance(response, SotwResponse):
+        return response.selection.shortest_ttl is not None
+    return any(resource.ttl is not None for resource in response.resources)
+
+
+def _heartbeats(response: Any) -> int:
+    """How many resources ``response`` heartbeats (0: it is no heartbeat)."""
+    if not getattr(response, "heartbeat", False):
+        return 0
+    if isinstance(response, SotwResponse):
+        return len(response.selection)
+    return len(response.resources)
+
+
 def _identity(response: Any) -> tuple[str, str, str]:
     """(type URL, version, nonce) of a SotW or Delta response."""
     if isinstance(response, SotwResponse):
@@ -605,7 +677,7 @@ def _log_open(info: StreamInfo) -> None:
     node = info.node
     assert node is not None
     log.info(
-        "stream %d opened: node=%s cluster=%s peer=%s mode=%s agent=%s/%s",
+        "stream %d opened: node=%s cluster=%s peer=%s mode=%s agent=%s/%s features=%s",
         info.id,
         node.id,
         node.cluster,
@@ -613,7 +685,18 @@ def _log_open(info: StreamInfo) -> None:
         describe(info),
         node.user_agent_name or "?",
         node.user_agent_version or "?",
+        _feature_names(info.features),
     )
+
+
+def _feature_names(features: ClientFeatures | None) -> str:
+    """The optional encodings a stream uses, for its log line (``-``: none)."""
+    if features is None:
+        return "-"
+    names = [
+        name for name in ("ttl", "resource_in_sotw", "resource_errors") if getattr(features, name)
+    ]
+    return ",".join(names) or "-"
 
 
 def call_back(method: Callable[..., None], *args: Any) -> None:

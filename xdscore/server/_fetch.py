@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from .._errors import GrpcStatus, ProtocolError, RemoteProtocolError
+from ..protocol._features import ClientFeatures
 from ..protocol._sotw_server import SotwServer
 from ..wire._codec import decode_request
 from ..wire._typeurls import type_info
@@ -122,6 +123,8 @@ async def _answer(server: XdsServer, data: bytes, info: StreamInfo) -> tuple[byt
     node = machine.node
     assert node is not None
     info.node = node
+    info.features = ClientFeatures.of(node, server.assumed_features)
+    machine.use_features(info.features)
     if server.authorize is not None:
         reason = server.authorize(info, node)
         if reason is not None:

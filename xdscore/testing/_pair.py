@@ -31,6 +31,7 @@ from ..protocol._events import Event
 from ..protocol._sotw_client import SotwClient, Validator
 from ..protocol._sotw_server import SotwResponse, SotwServer
 from ..protocol._view import ResourceView
+from ..server._driver import DELTA, SOTW
 from ..wire import _client_codec as client_codec
 from ..wire import _codec as codec
 from ..wire._records import (
@@ -160,13 +161,7 @@ class SotwPair(_Pair[SotwClient, SotwServer, DiscoveryRequest, DiscoveryResponse
     def _to_client(self, response: SotwResponse | DeltaResponse) -> DiscoveryResponse:
         assert isinstance(response, SotwResponse)
         if self._wire:
-            return client_codec.decode_response(
-                codec.encode_sotw_response(
-                    version_info=response.version_info,
-                    nonce=response.nonce,
-                    body=response.selection.sotw_body,
-                )
-            )
+            return client_codec.decode_response(SOTW.encode(response, ""))
         return self._record(response)
 
     def _record(self, response: SotwResponse | DeltaResponse) -> DiscoveryResponse:
@@ -191,15 +186,7 @@ class DeltaPair(_Pair[DeltaClient, DeltaServer, DeltaDiscoveryRequest, DeltaDisc
     def _to_client(self, response: SotwResponse | DeltaResponse) -> DeltaDiscoveryResponse:
         assert isinstance(response, DeltaResponse)
         if self._wire:
-            return client_codec.decode_delta_response(
-                codec.encode_delta_response(
-                    type_url=response.type_url,
-                    nonce=response.nonce,
-                    system_version_info=response.system_version_info,
-                    resources=response.resources,
-                    removed=response.removed,
-                )
-            )
+            return client_codec.decode_delta_response(DELTA.encode(response, ""))
         return self._record(response)
 
     def _record(self, response: SotwResponse | DeltaResponse) -> DeltaDiscoveryResponse:

@@ -95,12 +95,24 @@ def encode_delta_response(
     resources: Iterable[Resource],
     removed: Iterable[str],
     control_plane: str = "",
+    ttl: bool = True,
+    heartbeat: bool = False,
 ) -> bytes:
-    """A ``DeltaDiscoveryResponse`` with ``resources`` (encoded once each) and removals."""
+    """A ``DeltaDiscoveryResponse`` with ``resources`` (encoded once each) and removals.
+
+    ``ttl`` keeps each resource's TTL (for clients that support TTLs); ``heartbeat`` sends
+    the resources as heartbeats (name, version and TTL, no body).
+    """
+    if heartbeat:
+        entries = b"".join(resource.delta_heartbeat for resource in resources)
+    elif ttl:
+        entries = b"".join(resource.delta_entry for resource in resources)
+    else:
+        entries = b"".join(resource.delta_entry_without_ttl for resource in resources)
     return b"".join(
         (
             string_field(1, system_version_info),
-            b"".join(resource.delta_entry for resource in resources),
+            entries,
             string_field(4, type_url),
             string_field(5, nonce),
             b"".join(string_field(6, name) for name in removed),
