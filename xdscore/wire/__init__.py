@@ -30,7 +30,7 @@ from ._records import (
     Node,
 )
 from ._references import Reference
-from ._resource import Resource, content_version
+from ._resource import RESOURCE_WRAPPER, Resource, content_version
 from ._typeurls import (
     CLUSTER,
     ENDPOINT,
@@ -50,6 +50,7 @@ from ._typeurls import (
 )
 
 __all__ = [
+    "RESOURCE_WRAPPER",
     "CLUSTER",
     "ENDPOINT",
     "EXTENSION_CONFIG",
