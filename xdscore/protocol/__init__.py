@@ -18,6 +18,7 @@ from ..wire._records import (
     ErrorDetail,
     Locality,
     Node,
+    ResourceError,
 )
 from ..wire._resource import Resource
 from ._delta_client import DeltaClient, DeltaClientTypeState
@@ -64,6 +65,7 @@ __all__ = [
     "DiscoveryRequest",
     "DiscoveryResponse",
     "ErrorDetail",
+    "ResourceError",
     "Event",
     "GrpcStatus",
     "Locality",

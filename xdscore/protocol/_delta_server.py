@@ -61,7 +61,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 
 import attrs
 
-from ..wire._records import DeltaDiscoveryRequest, ErrorDetail
+from ..wire._records import DeltaDiscoveryRequest, ErrorDetail, ResourceError
 from ..wire._resource import Resource
 from ..wire._typeurls import TypeInfo, type_info
 from ._events import Event, ResponseAcked, ResponseNacked, StaleNonceSeen, SubscriptionChanged
@@ -95,6 +95,9 @@ class DeltaResponse:
     """Encode each resource's TTL (the client supports TTLs)."""
     heartbeat: bool = False
     """Encode the resources as heartbeats: name, version and TTL, no body."""
+    errors: tuple[ResourceError, ...] = ()
+    """``resource_errors``: removed names the client asked for by name, and why (for
+    clients that read them)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -297,13 +300,20 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
         names = (
             self._candidates(state, resources) if changed is None else _unique(state.owed, changed)
         )
+        absent: dict[str, str | None] = {}
+        deny = self._deny
         for name in names:
             owed = name in state.owed
             resource = self._lookup(type_url, resources, name)
             if resource is not None and not _wanted(subscription, name, resource):
                 resource = None
-            if resource is None and aliased and name in subscription.names:
+            reason = deny(type_url, name) if deny is not None else None
+            if reason is not None:
+                resource = None
+            if resource is None and aliased and name in subscription.names and reason is None:
                 resource = _unresolved(type_url, name, owed, state.held_versions)
+            if resource is None:
+                absent[name] = reason
             if resource is not None:
                 key = resource.name
                 held = state.held_versions.get(key)
@@ -334,7 +344,12 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
         if not sending and not removed and (state.answered or deferred or subscription.empty):
             self._types[type_url] = attrs.evolve(state, synced=synced, owed=state.owed & deferred)
             return None
-        return self._send(type_url, state, sending, removed, view, synced=synced, owed=deferred)
+        errors = self._resource_errors(
+            {name: absent[name] for name in removed if name in absent}, subscription
+        )
+        return self._send(
+            type_url, state, sending, removed, view, synced=synced, owed=deferred, errors=errors
+        )
 
     def _send(
         self,
@@ -347,6 +362,7 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
         synced: Mapping[str, Resource] | None,
         owed: frozenset[str] = _EMPTY,
         heartbeat: bool = False,
+        errors: tuple[ResourceError, ...] = (),
     ) -> DeltaResponse:
         """Put ``sending`` and ``removed`` in flight; ``owed`` stays owed (deferred names)."""
         everything = view.select(type_url, EVERYTHING)
@@ -359,6 +375,7 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
             removed=tuple(sorted(removed)),
             ttl=self.features.ttl,
             heartbeat=heartbeat,
+            errors=errors,
         )
         self._types[type_url] = attrs.evolve(
             state,

@@ -5,7 +5,9 @@ The optional encodings a server may use are each gated on a client feature: TTLs
 ``envoy.service.discovery.v3.Resource`` (``xds.config.resource-in-sotw``, spelt so by Envoy
 and gRPC alike) and per-resource errors (``resource_errors``, for which no client advertises
 a feature: gRPC reads the field whenever it is present, per gRFC A88; :data:`RESOURCE_ERRORS`
-is this library's own key for it).
+is this library's own key for it). A client that does not read ``ttl`` or ``resource_errors``
+skips the field (proto3); a wrapped SotW entry, though, is another type to a client that
+does not expect one, and it rejects the response.
 
 Clients do not always advertise what they support: Envoy 1.40 sends no ``client_features``
 at all, yet reads TTLs and wrapped SotW entries. So the features a stream gets are those its
@@ -46,8 +48,9 @@ ASSUMED_FEATURES: Mapping[str, frozenset[str]] = {
 }
 """Features taken as supported by user agent, beyond what a client advertises: Envoy
 (``user_agent_name`` ``envoy``) reads TTLs and wrapped SotW entries but advertises neither;
-gRPC's C core (grpcio and the other wrapped languages, ``gRPC C-core …``) reads
-``resource_errors`` and advertises only ``xds.config.resource-in-sotw``."""
+gRPC's C core (grpcio and the other wrapped languages, ``gRPC C-core …``) advertises only
+``xds.config.resource-in-sotw`` and reads ``resource_errors`` (grpcio 1.85: with its
+``GRPC_EXPERIMENTAL_XDS_DATA_ERROR_HANDLING`` switch on; off, it ignores the field)."""
 
 
 @attrs.frozen

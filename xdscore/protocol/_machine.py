@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping
 from typing import Generic, Protocol, TypeVar
 
-from .._errors import ProtocolError
-from ..wire._records import Node
+from .._errors import GrpcStatus, ProtocolError
+from ..wire._records import Node, ResourceError
 from ..wire._typeurls import type_info
 from ._events import Event, NodeIdentified
 from ._features import NO_FEATURES, ClientFeatures
@@ -17,7 +17,11 @@ from ._state import Phase, StreamState, ensure_open
 from ._subscription import Subscription
 from ._view import ResourceView
 
-__all__ = ["ServerMachine"]
+__all__ = ["Deny", "ServerMachine"]
+
+Deny = Callable[[str, str], "str | None"]
+"""Given a type URL and a resource name: ``None`` if this stream's client may have it, else
+why not. Must answer the same for the same name for as long as the stream lasts."""
 
 
 class _TypeState(Protocol):
@@ -29,6 +33,7 @@ class _TypeState(Protocol):
 
 
 _State = TypeVar("_State", bound=_TypeState)
+_NOT_FOUND = "the server has no resource of this name"
 _Request = TypeVar("_Request")
 _Response = TypeVar("_Response")
 
@@ -59,11 +64,34 @@ class ServerMachine(Generic[_State, _Request, _Response]):
         """OPEN, or ERROR for good after a protocol error."""
         self.features: ClientFeatures = NO_FEATURES
         """What the client can read beyond the plain protocol (see :meth:`use_features`)."""
+        self._deny: Deny | None = None
 
     def use_features(self, features: ClientFeatures) -> None:
         """Encode what is sent from now on for a client that reads ``features`` (the runtime
         works them out from the first request's node; until then: none)."""
         self.features = features
+
+    def use_authorization(self, deny: Deny | None) -> None:
+        """Withhold from now on every resource ``deny`` names a reason for: it is sent as
+        absent (SotW: left out; Delta: removed if held) and, for a client that reads
+        ``resource_errors`` and named it, reported as PERMISSION_DENIED with the reason."""
+        self._deny = deny
+
+    def _resource_errors(
+        self, absent: Mapping[str, str | None], subscription: Subscription
+    ) -> tuple[ResourceError, ...]:
+        """The ``resource_errors`` for the names in ``absent`` the client asked for by name:
+        PERMISSION_DENIED with the reason, or NOT_FOUND (``None``); nothing for a client
+        that does not read them."""
+        if not self.features.resource_errors or not absent:
+            return ()
+        return tuple(
+            ResourceError(name=name, code=GrpcStatus.PERMISSION_DENIED, message=reason)
+            if reason is not None
+            else ResourceError(name=name, code=GrpcStatus.NOT_FOUND, message=_NOT_FOUND)
+            for name, reason in sorted(absent.items())
+            if name in subscription.names
+        )
 
     @property
     def aggregated(self) -> bool:

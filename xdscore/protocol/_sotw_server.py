@@ -65,7 +65,7 @@ from types import MappingProxyType
 
 import attrs
 
-from ..wire._records import DiscoveryRequest, ErrorDetail
+from ..wire._records import DiscoveryRequest, ErrorDetail, ResourceError
 from ..wire._resource import Resource
 from ..wire._typeurls import TypeInfo, type_info
 from ._events import Event, ResponseAcked, ResponseNacked, StaleNonceSeen, SubscriptionChanged
@@ -80,6 +80,7 @@ from ._view import ResourceView, Selection
 __all__ = ["SotwResponse", "SotwServer", "SotwTypeState"]
 
 _NOTHING: Mapping[str, Resource] = MappingProxyType({})
+_NO_REASONS: Mapping[str, str] = MappingProxyType({})
 
 
 @attrs.frozen(kw_only=True)
@@ -94,6 +95,9 @@ class SotwResponse:
     """Encode the resources that have a TTL wrapped, with it (``Selection.sotw_wrapped_body``)."""
     heartbeat: bool = False
     """A heartbeat: the held version again, to restart the client's TTLs."""
+    errors: tuple[ResourceError, ...] = ()
+    """``resource_errors``: names asked for that are not sent, and why (for clients that
+    read them)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -134,6 +138,11 @@ class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
         )
         self._warming: frozenset[str] = frozenset()
         """Types owed an answer because a type that warms on them was just sent (ADS)."""
+        self._authorized: dict[
+            str, tuple[Selection, Subscription, Selection, Mapping[str, str]]
+        ] = {}
+        """Per type, the last selection the view gave and for which subscription, what of
+        it the client may have, and the denied names with their reasons."""
 
     def _holding(self, state: SotwTypeState) -> Holding:
         held = state.held.resources if state.held is not None else _NOTHING
@@ -253,11 +262,32 @@ class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
         )
         return attrs.evolve(state, subscription=subscription)
 
+    def _select(
+        self, type_url: str, state: SotwTypeState, view: ResourceView
+    ) -> tuple[Selection | None, Mapping[str, str]]:
+        """What the view selects for the subscription, less what the client may not have
+        (with the reasons, by name; see ``use_authorization``)."""
+        selection = view.select(type_url, state.subscription)
+        if selection is None or self._deny is None:
+            return selection, _NO_REASONS
+        memo = self._authorized.get(type_url)
+        if memo is not None and memo[0] is selection and memo[1] == state.subscription:
+            return memo[2], memo[3]
+        deny = self._deny
+        names = set(selection.resources) | state.subscription.names
+        denied = {name: reason for name in names if (reason := deny(type_url, name)) is not None}
+        allowed = selection
+        if denied.keys() & selection.resources.keys():
+            kept = {n: r for n, r in selection.resources.items() if n not in denied}
+            allowed = Selection.of(type_url, kept, selection.subscription)
+        self._authorized[type_url] = (selection, state.subscription, allowed, denied)
+        return allowed, denied
+
     def _respond(self, type_url: str, view: ResourceView) -> SotwResponse | None:
         state = self._types[type_url]
         if state.outstanding is not None:
             return None
-        selection = view.select(type_url, state.subscription)
+        selection, denied = self._select(type_url, state, view)
         if selection is None:
             return None
         canonical = selection.subscription
@@ -266,6 +296,7 @@ class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
             # memo key), so later look-ups compare by identity instead of by content.
             state = attrs.evolve(state, subscription=canonical)
             self._types[type_url] = state
+        errors = self._sotw_errors(state.subscription, selection, denied)
         if state.held is None and state.held_version == selection.version:
             state = attrs.evolve(state, held=selection)
             self._types[type_url] = state
@@ -281,7 +312,7 @@ class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
             return None
         if not owed and selection.version == state.held_version:
             return None
-        response = self._send(state, selection, selection.version)
+        response = self._send(state, selection, selection.version, errors=errors)
         if self.aggregated:
             warms_on = type_info(type_url).warms_on
             self._warming -= {type_url}
@@ -289,8 +320,26 @@ class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
                 self._warming |= {warms_on}
         return response
 
+    def _sotw_errors(
+        self, subscription: Subscription, selection: Selection, denied: Mapping[str, str]
+    ) -> tuple[ResourceError, ...]:
+        """The errors for the names asked for that ``selection`` (what the view has, less
+        what is denied) does not carry."""
+        if not self.features.resource_errors:
+            return ()
+        absent: dict[str, str | None] = {
+            name: denied.get(name) for name in subscription.names if name not in selection.resources
+        }
+        return self._resource_errors(absent, subscription)
+
     def _send(
-        self, state: SotwTypeState, selection: Selection, version: str, *, heartbeat: bool = False
+        self,
+        state: SotwTypeState,
+        selection: Selection,
+        version: str,
+        *,
+        heartbeat: bool = False,
+        errors: tuple[ResourceError, ...] = (),
     ) -> SotwResponse:
         """Put ``selection`` in flight at ``version``."""
         type_url = selection.type_url
@@ -302,6 +351,7 @@ class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
             selection=selection,
             wrapped=self.features.sotw_ttl and selection.shortest_ttl is not None,
             heartbeat=heartbeat,
+            errors=errors,
         )
         self._types[type_url] = attrs.evolve(
             state,
@@ -320,7 +370,7 @@ class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
             return None
         if state.held is None or state.held_version is None:
             return None
-        selection = view.select(type_url, state.subscription)
+        selection = self._select(type_url, state, view)[0]
         if selection is None or selection.version != state.held_version:
             return None  # a change is due instead, which restarts the TTLs
         if selection.shortest_ttl is None:

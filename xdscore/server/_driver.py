@@ -39,6 +39,7 @@ from ..protocol._events import (
 )
 from ..protocol._features import ASSUMED_FEATURES, ClientFeatures
 from ..protocol._follow import Follower
+from ..protocol._machine import Deny
 from ..protocol._sotw_client import SotwClient
 from ..protocol._sotw_server import SotwResponse
 from ..protocol._state import Phase, ProtocolName
@@ -52,7 +53,7 @@ from ..wire._records import (
     Node,
 )
 from ._admission import PushSlots
-from ._authorization import Authorizer
+from ._authorization import Authorizer, ResourceAuthorizer
 from ._callbacks import ServerCallbacks, StreamInfo
 from ._catch_up import CatchUp, presents_unknown
 from ._heartbeat import DEFAULT_HEARTBEAT_FRACTION, HeartbeatSchedule
@@ -74,6 +75,7 @@ __all__ = [
     "checked",
     "describe",
     "forget_frames",
+    "resource_policy",
 ]
 
 log = logging.getLogger("xdscore.server")
@@ -124,6 +126,8 @@ class ServerMachine(Protocol[_Request_in, _Response_out]):
     def refresh(self, type_url: str, names: Collection[str]) -> None: ...
 
     def use_features(self, features: ClientFeatures) -> None: ...
+
+    def use_authorization(self, deny: Deny | None) -> None: ...
 
     def type_states(self) -> Mapping[str, _Phased]: ...
 
@@ -217,6 +221,7 @@ def _encode_sotw(response: SotwResponse, control_plane: str) -> bytes:
         nonce=response.nonce,
         body=selection.sotw_wrapped_body if response.wrapped else selection.sotw_body,
         control_plane=control_plane,
+        errors=response.errors,
     )
 
 
@@ -230,6 +235,7 @@ def _encode_delta(response: DeltaResponse, control_plane: str) -> bytes:
         control_plane=control_plane,
         ttl=response.ttl,
         heartbeat=response.heartbeat,
+        errors=response.errors,
     )
 
 
@@ -264,7 +270,9 @@ class ServerDriver(Generic[_Request, _Response]):
     encodings the client reads (:class:`~xdscore.protocol.ClientFeatures`); the driver hands
     them to the machine. While the client holds resources with a TTL it sends heartbeats
     every ``heartbeat_fraction`` of the shortest one (0: never), except for the
-    ``(type_url, name)`` pairs in ``quiet_heartbeats`` (a live set).
+    ``(type_url, name)`` pairs in ``quiet_heartbeats`` (a live set). ``authorize_resource``
+    decides, per resource, what the stream's client may have (see
+    :data:`~xdscore.server.ResourceAuthorizer`).
     """
 
     def __init__(
@@ -290,6 +298,7 @@ class ServerDriver(Generic[_Request, _Response]):
         assumed_features: Mapping[str, Collection[str]] = ASSUMED_FEATURES,
         heartbeat_fraction: float = DEFAULT_HEARTBEAT_FRACTION,
         quiet_heartbeats: Collection[tuple[str, str]] = (),
+        authorize_resource: ResourceAuthorizer | None = None,
     ) -> None:
         self.machine = machine
         self.info = info
@@ -310,6 +319,7 @@ class ServerDriver(Generic[_Request, _Response]):
         self._catch_up = catch_up
         self._catch_up_timeout = catch_up_timeout
         self._assumed = assumed_features
+        self._authorize_resource = authorize_resource
         self._heartbeats = HeartbeatSchedule(heartbeat_fraction, quiet_heartbeats, time.monotonic)
         self._requested = False
         """A request arrived since the write task last looked: answer it at once."""
@@ -405,6 +415,9 @@ class ServerDriver(Generic[_Request, _Response]):
                     self.machine.use_features(self.info.features)
                     _log_open(self.info)
                     self._check_allowed(event.node)
+                    self.machine.use_authorization(
+                        resource_policy(self._authorize_resource, self.info)
+                    )
                     self._cancel_watch = self._cache.watch(event.node, self._cache_changed)
                 self._record(event)
                 self._dispatch(event)
@@ -638,6 +651,13 @@ def _writable(stream: ByteStream, size: int) -> bool:
     (streams that cannot tell are taken to be writable)."""
     writable = getattr(stream, "writable", None)
     return True if writable is None else bool(writable(size))
+
+
+def resource_policy(hook: ResourceAuthorizer | None, info: StreamInfo) -> Deny | None:
+    """``hook`` for one stream, as its machine asks: by type URL and name."""
+    if hook is None:
+        return None
+    return lambda type_url, name: hook(info, type_url, name)
 
 
 def _carries_ttl(response: Any) -> bool:

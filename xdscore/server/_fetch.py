@@ -42,7 +42,7 @@ from ..wire._typeurls import type_info
 from ._authorization import PeerIdentity
 from ._callbacks import StreamInfo
 from ._catch_up import presents_unknown
-from ._driver import SOTW, call_back, checked, describe
+from ._driver import SOTW, call_back, checked, describe, resource_policy
 from ._metrics import type_label
 
 if TYPE_CHECKING:
@@ -125,6 +125,7 @@ async def _answer(server: XdsServer, data: bytes, info: StreamInfo) -> tuple[byt
     info.node = node
     info.features = ClientFeatures.of(node, server.assumed_features)
     machine.use_features(info.features)
+    machine.use_authorization(resource_policy(server.authorize_resource, info))
     if server.authorize is not None:
         reason = server.authorize(info, node)
         if reason is not None:

@@ -27,7 +27,7 @@ from ..protocol._sotw_server import SotwServer
 from ..protocol._state import ProtocolName
 from ..wire._names import canonical_name
 from ._admission import PushSlots, ServerLimits, TokenBucket, refusal
-from ._authorization import Authorizer, PeerIdentity
+from ._authorization import Authorizer, PeerIdentity, ResourceAuthorizer
 from ._callbacks import ServerCallbacks, StreamInfo
 from ._catch_up import DEFAULT_CATCH_UP_TIMEOUT, CatchUp
 from ._csds import ClientStatus
@@ -93,6 +93,9 @@ class XdsServer:
     without saying so; ``{}``: only what clients advertise).
     ``heartbeat_fraction``: while a client holds resources with a TTL, heartbeats go out
     every this fraction of the shortest one (0: never; see :meth:`stop_heartbeats`).
+    ``authorize_resource`` decides, per stream and resource, what a client may have (see
+    :data:`~xdscore.server.ResourceAuthorizer`): a denied resource is withheld, and reported
+    in ``resource_errors`` to clients that read them.
     """
 
     def __init__(
@@ -113,6 +116,7 @@ class XdsServer:
         rebalancing: Rebalancing | None = None,
         assumed_features: Mapping[str, Collection[str]] | None = None,
         heartbeat_fraction: float = DEFAULT_HEARTBEAT_FRACTION,
+        authorize_resource: ResourceAuthorizer | None = None,
     ) -> None:
         if not 0 <= heartbeat_fraction < 1:
             raise ValueError(f"heartbeat_fraction must be in [0, 1), not {heartbeat_fraction}")
@@ -121,6 +125,7 @@ class XdsServer:
             ASSUMED_FEATURES if assumed_features is None else assumed_features
         )
         self.heartbeat_fraction = heartbeat_fraction
+        self.authorize_resource = authorize_resource
         self._quiet: set[tuple[str, str]] = set()
         self.replica_id = secrets.token_hex(4) if replica_id is None else replica_id
         self.catch_up = catch_up
@@ -399,6 +404,7 @@ class XdsServer:
             "assumed_features": self.assumed_features,
             "heartbeat_fraction": self.heartbeat_fraction,
             "quiet_heartbeats": self._quiet,
+            "authorize_resource": self.authorize_resource,
         }
 
 

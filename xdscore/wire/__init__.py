@@ -28,6 +28,7 @@ from ._records import (
     ErrorDetail,
     Locality,
     Node,
+    ResourceError,
 )
 from ._references import Reference
 from ._resource import RESOURCE_WRAPPER, Resource, content_version
@@ -67,6 +68,7 @@ __all__ = [
     "DiscoveryRequest",
     "DiscoveryResponse",
     "ErrorDetail",
+    "ResourceError",
     "Locality",
     "Node",
     "Reference",

@@ -19,6 +19,7 @@ from ._records import (
     DeltaDiscoveryResponse,
     DiscoveryRequest,
     DiscoveryResponse,
+    ResourceError,
 )
 from ._resource import RESOURCE_WRAPPER, Resource
 
@@ -80,6 +81,18 @@ def decode_response(data: bytes) -> DiscoveryResponse:
         nonce=message.nonce,
         resources=resources,
         control_plane=message.control_plane.identifier,
+        resource_errors=_errors(message),
+    )
+
+
+def _errors(message: Any) -> tuple[ResourceError, ...]:
+    return tuple(
+        ResourceError(
+            name=item.resource_name.name,
+            code=item.error_detail.code,
+            message=item.error_detail.message,
+        )
+        for item in message.resource_errors
     )
 
 
@@ -130,4 +143,5 @@ def decode_delta_response(data: bytes) -> DeltaDiscoveryResponse:
         resources=resources,
         removed_resources=tuple(message.removed_resources),
         control_plane=message.control_plane.identifier,
+        resource_errors=_errors(message),
     )

@@ -14,9 +14,9 @@ from envoy.service.discovery.v3 import discovery_pb2
 from google.protobuf.message import DecodeError
 
 from .._errors import GrpcStatus, RemoteProtocolError
-from ._framing import bytes_field, string_field
+from ._framing import bytes_field, string_field, varint
 from ._node import decode_node
-from ._records import DeltaDiscoveryRequest, DiscoveryRequest, ErrorDetail
+from ._records import DeltaDiscoveryRequest, DiscoveryRequest, ErrorDetail, ResourceError
 from ._resource import Resource
 
 __all__ = [
@@ -24,6 +24,7 @@ __all__ = [
     "decode_request",
     "encode_delta_response",
     "encode_sotw_response",
+    "resource_errors",
 ]
 
 
@@ -75,15 +76,35 @@ def _control_plane(identifier: str, number: int) -> bytes:
     return bytes_field(number, string_field(1, identifier)) if identifier else b""
 
 
+def resource_errors(errors: Iterable[ResourceError], number: int) -> bytes:
+    """``errors`` as the ``resource_errors`` field numbered ``number`` (7 in a
+    ``DiscoveryResponse``, 9 in a ``DeltaDiscoveryResponse``)."""
+    out = b""
+    for error in errors:
+        status = (b"\x08" + varint(error.code) if error.code else b"") + string_field(
+            2, error.message
+        )
+        entry = bytes_field(1, string_field(1, error.name)) + bytes_field(2, status)
+        out += bytes_field(number, entry)
+    return out
+
+
 def encode_sotw_response(
-    *, version_info: str, nonce: str, body: bytes, control_plane: str = ""
+    *,
+    version_info: str,
+    nonce: str,
+    body: bytes,
+    control_plane: str = "",
+    errors: Iterable[ResourceError] = (),
 ) -> bytes:
-    """A ``DiscoveryResponse`` around ``body`` (the shared ``resources`` + ``type_url``)."""
+    """A ``DiscoveryResponse`` around ``body`` (the shared ``resources`` + ``type_url``),
+    with ``errors`` in ``resource_errors``."""
     return (
         string_field(1, version_info)
         + body
         + string_field(5, nonce)
         + _control_plane(control_plane, 6)
+        + resource_errors(errors, 7)
     )
 
 
@@ -97,8 +118,10 @@ def encode_delta_response(
     control_plane: str = "",
     ttl: bool = True,
     heartbeat: bool = False,
+    errors: Iterable[ResourceError] = (),
 ) -> bytes:
-    """A ``DeltaDiscoveryResponse`` with ``resources`` (encoded once each) and removals.
+    """A ``DeltaDiscoveryResponse`` with ``resources`` (encoded once each), removals and
+    ``errors`` (``resource_errors``).
 
     ``ttl`` keeps each resource's TTL (for clients that support TTLs); ``heartbeat`` sends
     the resources as heartbeats (name, version and TTL, no body).
@@ -117,5 +140,6 @@ def encode_delta_response(
             string_field(5, nonce),
             b"".join(string_field(6, name) for name in removed),
             _control_plane(control_plane, 7),
+            resource_errors(errors, 9),
         )
     )
