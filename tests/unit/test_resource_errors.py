@@ -11,7 +11,9 @@ from envoy.service.discovery.v3 import discovery_pb2
 from xdscore import LISTENER, ROUTE, GrpcStatus, Snapshot, make_resource
 from xdscore.builders import http_listener, route_configuration
 from xdscore.protocol import ClientFeatures, DeltaResponse, ErrorDetail, ResourceError
+from xdscore.server import StreamInfo
 from xdscore.server._driver import DELTA
+from xdscore.server._status import SyncState, resource_statuses, stream_status
 from xdscore.testing import DeltaPair, SotwPair
 
 from ..factories import NODE
@@ -174,3 +176,15 @@ def test_inv41_delta_errors_on_the_wire() -> None:
     assert error.resource_name.name == "x"
     assert (error.error_detail.code, error.error_detail.message) == (GrpcStatus.NOT_FOUND, "gone")
     assert list(message.removed_resources) == ["x"]
+
+
+def test_inv41_status_compares_with_what_the_policy_lets_the_client_have() -> None:
+    view = Snapshot([L1, L2])
+    pair = SotwPair(Views(view), node=NODE, deny=deny_l2_and_r2)
+    pair.send(pair.client.watch(LISTENER, None))
+    pair.settle()
+    info = StreamInfo(id=1, protocol="sotw", type_url=None, node=NODE)
+    status = stream_status(info, pair.server, {}, view)
+    (listeners,) = status.types
+    assert listeners.sync is SyncState.SYNCED
+    assert [r.name for r in resource_statuses(LISTENER, pair.server, view)] == ["l1"]

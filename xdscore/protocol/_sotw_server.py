@@ -262,6 +262,15 @@ class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
         )
         return attrs.evolve(state, subscription=subscription)
 
+    def selection(self, type_url: str, view: ResourceView | None) -> Selection | None:
+        """What this stream's client would be sent of ``type_url`` now: the view's selection
+        for its subscription, less what the resource policy denies (``None``: the type was
+        not asked for, or the view does not serve it)."""
+        state = self._types.get(type_url)
+        if state is None or view is None:
+            return None
+        return self._select(type_url, state, view)[0]
+
     def _select(
         self, type_url: str, state: SotwTypeState, view: ResourceView
     ) -> tuple[Selection | None, Mapping[str, str]]:
