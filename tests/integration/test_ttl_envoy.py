@@ -11,15 +11,19 @@ server had removed it: a listener stops accepting connections.
 Each test serves two listeners with a 2 s TTL (over SotW only ``drop`` has one: a SotW
 heartbeat of listeners is all or nothing), keeps traffic through both working for three
 TTLs on heartbeats alone, then stops the heartbeats of ``drop`` and checks that Envoy drops
-that listener when its TTL lapses, not before, while ``keep`` goes on serving.
+that listener when its TTL lapses, not before, while ``keep`` goes on serving. A last test
+shows why SotW heartbeats carry bodies: encoded body-less, they delete every listener.
 """
 
 from __future__ import annotations
 
+import datetime
 import time
 
 import anyio
+import attrs
 import pytest
+from envoy.service.discovery.v3 import discovery_pb2
 
 from xdscore import (
     CLUSTER,
@@ -32,7 +36,8 @@ from xdscore import (
     same_for_all,
 )
 from xdscore import builders as b
-from xdscore.protocol import ClientFeatures
+from xdscore.protocol import ClientFeatures, SotwResponse
+from xdscore.server import _driver, _server
 from xdscore.testing import Envoy, HttpBackend, envoy_bootstrap, free_port
 
 from ._envoy_support import CallbackLog, get
@@ -148,6 +153,60 @@ async def test_heartbeats_keep_a_ttl_resource_and_stopping_them_lets_it_lapse(
                 sent = log.select("response", LISTENER)
                 assert len([r for r in sent if not r.heartbeat]) == 1, log.dump()
                 assert len(log.select("response", CLUSTER)) == 1, log.dump()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await transport.stop()
+
+
+def body_less(response: SotwResponse, control_plane: str) -> bytes:
+    """A SotW response encoded as xds_protocol.rst describes a heartbeat for heartbeats:
+    each resource wrapped with its name, the held version and its TTL, and no body."""
+    if not response.heartbeat:
+        return _driver.SOTW.encode(response, control_plane)
+    message = discovery_pb2.DiscoveryResponse(
+        version_info=response.version_info, nonce=response.nonce, type_url=response.type_url
+    )
+    for resource in response.selection.resources.values():
+        wrapper = discovery_pb2.Resource(name=resource.name, version=response.version_info)
+        if resource.ttl is not None:
+            wrapper.ttl.FromTimedelta(datetime.timedelta(seconds=resource.ttl))
+        message.resources.add().Pack(wrapper)
+    data: bytes = message.SerializeToString()
+    return data
+
+
+async def test_body_less_sotw_heartbeats_would_delete_every_listener(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Why xdscore's SotW heartbeats repeat the bodies: with body-less ones (the shape the
+    protocol text gives), Envoy 1.40 leaves the heartbeats out of the listeners it applies and
+    so applies an empty listener set at the first heartbeat, the listener without a TTL
+    included."""
+    monkeypatch.setattr(_server, "SOTW", attrs.evolve(_driver.SOTW, encode=body_less))
+    with HttpBackend("hello") as backend:
+        keep_port, drop_port = free_port(), free_port()
+        cache = SnapshotCache(group=same_for_all)
+        cache.set_snapshot(None, ttl_snapshot(backend.port, keep_port, drop_port, keep_ttl=False))
+        server = XdsServer(cache)
+        transport = GrpclibTransport(server)
+        await transport.start(port=0)
+        try:
+            assert transport.port is not None
+            async with Envoy(envoy_bootstrap(xds_port=transport.port)) as envoy:
+
+                async def both_active() -> bool:
+                    return await active_listeners(envoy) == {"keep", "drop"}
+
+                await envoy.wait_for(both_active, timeout=20, interval=0.05)
+                started = time.monotonic()
+
+                async def none_active() -> bool:
+                    return await active_listeners(envoy) == set()
+
+                await envoy.wait_for(none_active, timeout=TTL, interval=0.05)
+                assert heartbeats(server) >= 1
+                # Gone at the first heartbeat (a third of the TTL), not when the TTL lapsed.
+                assert time.monotonic() - started < TTL * 0.6
         finally:
             with anyio.CancelScope(shield=True):
                 await transport.stop()
