@@ -29,6 +29,7 @@ from xdscore import (
     same_for_all,
 )
 from xdscore import builders as b
+from xdscore.protocol import ClientFeatures
 
 from .test_grpc_xds_client import ROUTE_NAME, TARGET, Recorder, xds_client
 
@@ -86,8 +87,18 @@ async def test_grpcio_fails_fast_on_a_route_configuration_that_does_not_exist(
     monkeypatch.setenv(SWITCH, "true")
     async with serving(snapshot) as (port, recorder):
         reply, took = await first_call(port, workdir(tmp_path, "errors"))
-    assert recorder.streams[0].features is not None
-    assert recorder.streams[0].features.resource_errors
+    # What grpcio 1.85 advertises, and what the stream uses (the gRPC C-core default adds
+    # resource_errors, for which there is no feature string).
+    node = recorder.requests[0][1].node
+    assert node is not None
+    assert node.user_agent_name.startswith("gRPC C-core ")
+    assert node.client_features == (
+        "envoy.lb.does_not_support_overprovisioning",
+        "xds.config.resource-in-sotw",
+    )
+    assert recorder.streams[0].features == ClientFeatures(
+        resource_in_sotw=True, resource_errors=True
+    )
     sent = [r for _, r in recorder.responses if r.errors]
     assert [(e.name, e.code) for r in sent for e in r.errors] == [(ROUTE_NAME, 5)]
     assert reply.startswith("ERR UNAVAILABLE"), reply

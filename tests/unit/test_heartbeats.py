@@ -40,14 +40,19 @@ def test_the_schedule_beats_every_fraction_of_the_shortest_ttl() -> None:
     assert not schedule.due()
     clock.now = 1.0
     assert schedule.due()
-    schedule.beaten()
+    schedule.beaten(3.0)
     assert schedule.wait() == pytest.approx(1.0)  # from now, not from the missed time
     clock.now = 1.5
     schedule.held(0.6)  # a shorter TTL arrives: its beat comes first
     assert schedule.wait() == pytest.approx(0.2)
     schedule.held(30.0)  # a longer one never postpones the planned beat
     assert schedule.wait() == pytest.approx(0.2)
-    schedule.held(None)
+    schedule.beaten(0.6)
+    assert schedule.wait() == pytest.approx(0.2)
+    schedule.beaten(None)  # nothing the client holds expires any more: no more heartbeats
+    assert schedule.wait() is None
+    schedule.held(0.6)
+    schedule.held(None)  # nor after a send that left it nothing with a TTL
     assert schedule.wait() is None
     off = HeartbeatSchedule(0, (), clock)
     off.held(1.0)
@@ -81,6 +86,8 @@ async def test_a_stream_heartbeats_what_it_holds_until_told_to_stop(
             machine = client.machine
             assert isinstance(machine, DeltaClient)
             assert machine.holds(LISTENER)["l"].version == listener.version
+            # The client read the TTL only if it said it supports TTLs.
+            assert machine.holds(LISTENER)["l"].ttl == (TTL if features else None)
             if not features:
                 assert beats == []
                 assert len(recorder.responses) == 1
@@ -110,4 +117,12 @@ async def test_a_stream_heartbeats_what_it_holds_until_told_to_stop(
             assert not refreshed.heartbeat  # in full first: the client may have dropped it
             assert [r.name for r in refreshed.resources] == ["l"]
             assert len(heartbeats(recorder)) > stopped  # and heartbeats again
+
+            # The TTL goes: the listener is sent again without it, and heartbeats end.
+            cache.set_snapshot(None, Snapshot([make_resource(b.http_listener("l", 10000, "r"))]))
+            await anyio.sleep(0.2)
+            ended = len(heartbeats(recorder))
+            await anyio.sleep(0.5)
+            assert len(heartbeats(recorder)) == ended
+            assert machine.holds(LISTENER)["l"].ttl is None
             group.cancel_scope.cancel()

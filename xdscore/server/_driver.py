@@ -535,7 +535,7 @@ class ServerDriver(Generic[_Request, _Response]):
                 del data
             del responses
             if beat:
-                self._heartbeats.beaten()
+                self._heartbeats.beaten(self.machine.shortest_ttl())
             # Nothing of this round stays referenced while the stream waits: not the view,
             # not an encoded response (one per idle stream would add up).
             del view

@@ -26,7 +26,7 @@ class HeartbeatSchedule:
     is the live set of ``(type_url, name)`` not to heartbeat.
     """
 
-    __slots__ = ("_at", "_clock", "_fraction", "_ttl", "quiet")
+    __slots__ = ("_at", "_clock", "_fraction", "quiet")
 
     def __init__(
         self,
@@ -38,7 +38,6 @@ class HeartbeatSchedule:
         self.quiet = quiet
         self._clock = clock
         self._at: float | None = None
-        self._ttl: float | None = None
 
     @property
     def enabled(self) -> bool:
@@ -47,7 +46,6 @@ class HeartbeatSchedule:
     def held(self, shortest_ttl: float | None) -> None:
         """The client now holds ``shortest_ttl`` as its shortest TTL (after a send): the next
         heartbeat is due within that fraction of it (an earlier one stays)."""
-        self._ttl = shortest_ttl
         if shortest_ttl is None or not self.enabled:
             self._at = None
             return
@@ -55,10 +53,11 @@ class HeartbeatSchedule:
         if self._at is None or due < self._at:
             self._at = due
 
-    def beaten(self) -> None:
-        """Heartbeats went out: the next are one interval away."""
+    def beaten(self, shortest_ttl: float | None) -> None:
+        """Heartbeats went out (or were due) and the client now holds ``shortest_ttl`` as its
+        shortest TTL: the next are one interval away (none if nothing it holds expires)."""
         self._at = None
-        self.held(self._ttl)
+        self.held(shortest_ttl)
 
     def due(self) -> bool:
         """Whether the next heartbeat's time has come."""
