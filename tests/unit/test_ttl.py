@@ -7,10 +7,22 @@ The machines are clock-free: a test asks for heartbeats when it wants them
 
 from __future__ import annotations
 
+import pytest
 from envoy.config.route.v3 import route_components_pb2
 from envoy.service.discovery.v3 import discovery_pb2
 
-from xdscore import CLUSTER, ENDPOINT, LISTENER, ROUTE, VIRTUAL_HOST, Node, Snapshot, make_resource
+from xdscore import (
+    CLUSTER,
+    ENDPOINT,
+    LISTENER,
+    ROUTE,
+    VIRTUAL_HOST,
+    LinearCache,
+    Node,
+    Resource,
+    Snapshot,
+    make_resource,
+)
 from xdscore.builders import eds_cluster, http_listener, load_assignment, route_configuration
 from xdscore.protocol import (
     RESOURCE_IN_SOTW,
@@ -287,3 +299,32 @@ def test_inv38_delta_refresh_resends_in_full() -> None:
     (again,) = machine.poll(view)
     assert [r.name for r in again.resources] == ["l1"]
     assert not again.heartbeat
+
+
+def test_ttl_through_the_api_and_a_linear_cache() -> None:
+    listener = http_listener("l9", 10009, "r9")
+    plain = make_resource(listener)
+    timed = make_resource(listener.SerializeToString(), type_url=LISTENER, ttl=0.25)
+    assert (timed.name, timed.ttl, timed.body) == ("l9", 0.25, plain.body)
+    assert timed.version != plain.version  # a new TTL is a new version
+    assert make_resource(listener, ttl=0.25).version == timed.version  # and a stable one
+    cache = LinearCache(LISTENER)
+    cache.set_resource(listener, ttl=5.0)
+    stored = cache.get("l9")
+    assert stored is not None
+    assert stored.ttl == 5.0
+    generation = cache.generation
+    cache.set_resource(listener, ttl=5.0)
+    assert cache.generation == generation  # the same content and TTL: no change
+    cache.set_resource(listener)
+    assert cache.generation == generation + 1  # the TTL removed: a change
+    (entry,) = delta_message_of(cache.get("l9"))
+    assert not entry.HasField("ttl")
+    with pytest.raises(ValueError, match="must be a positive number of seconds"):
+        make_resource(listener, ttl=0)
+
+
+def delta_message_of(resource: object) -> list[discovery_pb2.Resource]:
+    assert isinstance(resource, Resource)
+    wrapper = discovery_pb2.DeltaDiscoveryResponse.FromString(resource.delta_entry)
+    return list(wrapper.resources)
