@@ -28,12 +28,15 @@ from xdscore.protocol import (
     RESOURCE_IN_SOTW,
     SUPPORTS_TTL,
     ClientFeatures,
+    DeltaClient,
+    DeltaDiscoveryRequest,
     DeltaServer,
     SotwServer,
 )
 from xdscore.server._driver import DELTA, SOTW
-from xdscore.wire import RESOURCE_WRAPPER
+from xdscore.wire import RESOURCE_WRAPPER, decode_delta_response
 
+from ..factories import NODE
 from ._delta import ack as delta_ack
 from ._delta import start
 from ._delta import stream as delta_stream
@@ -328,3 +331,32 @@ def delta_message_of(resource: object) -> list[discovery_pb2.Resource]:
     assert isinstance(resource, Resource)
     wrapper = discovery_pb2.DeltaDiscoveryResponse.FromString(resource.delta_entry)
     return list(wrapper.resources)
+
+
+def test_inv38_delta_heartbeat_crossing_an_unsubscribe_is_nacked_once_and_harmless() -> None:
+    """Envoy rejects a body-less entry for a name it no longer tracks, so a heartbeat that
+    crosses an unsubscribe of one of its names is NACKed; the server sends nothing because
+    of it, and the next heartbeat carries only what the client still wants."""
+    view = Snapshot([R1, R2])
+    server = delta()
+    client = DeltaClient(node=NODE)
+
+    def deliver(response: object) -> DeltaDiscoveryRequest:
+        return client.receive(decode_delta_response(DELTA.encode(response, "")))
+
+    server.receive(client.subscribe(ROUTE, ["r1", "r2"]))
+    (sent,) = server.poll(view)
+    server.receive(deliver(sent))
+    (beat,) = server.heartbeat(view)
+    assert [r.name for r in beat.resources] == ["r1", "r2"]
+    unsubscribe = client.unsubscribe(ROUTE, ["r2"])  # crosses the heartbeat
+    answer = deliver(beat)
+    assert answer.error_detail is not None
+    assert "no body for 'r2'" in answer.error_detail.message
+    assert client.holds(ROUTE)["r1"].body == R1.body  # the rejected heartbeat changed nothing
+    server.receive(unsubscribe)
+    server.receive(answer)
+    assert server.poll(view) == []
+    (again,) = server.heartbeat(view)
+    assert [r.name for r in again.resources] == ["r1"]
+    assert deliver(again).error_detail is None

@@ -16,9 +16,11 @@ wildcard. :meth:`~DeltaClient.receive` applies a response and returns the ACK (n
 only) or NACK. A response is rejected as a whole when a name repeats or a name is both
 updated and removed; when the ``validate`` hook objects to some resources, the rest of the
 response (removals included) still applies and the response is NACKed, as Envoy does for
-clusters and listeners. A resource with no body whose version equals the
-held one is a heartbeat. ``resource_errors`` are kept per requested name until the resource
-arrives or the name is unsubscribed (an error alone drops nothing held, as in gRPC).
+clusters and listeners. A resource with no body whose version equals the held one is a
+heartbeat; a body-less entry for anything else (without aliases) is rejected with the whole
+response, as Envoy rejects it. ``resource_errors`` are kept per requested name until the
+resource arrives or the name is unsubscribed (an error alone drops nothing held, as in
+gRPC).
 :meth:`~DeltaClient.reconnect` returns the first requests of a new stream: every requested
 name (and ``*`` when explicit) with ``initial_resource_versions`` listing every held
 resource, names still waiting omitted; types it no longer wants anything of are not
@@ -177,7 +179,7 @@ class DeltaClient:
         state = self._types.get(type_url)
         if state is None:
             raise LocalProtocolError(f"response for {type_url!r}, never subscribed")
-        error = self._problem(response)
+        error = self._problem(response, state)
         if error is not None:
             detail = ErrorDetail(code=GrpcStatus.INTERNAL, message=error)
             self._types[type_url] = attrs.evolve(
@@ -263,14 +265,20 @@ class DeltaClient:
             requests.append(self._request(type_url, subscribe=tuple(names), initial=held))
         return requests
 
-    def _problem(self, response: DeltaDiscoveryResponse) -> str | None:
+    def _problem(self, response: DeltaDiscoveryResponse, state: DeltaClientTypeState) -> str | None:
         seen: set[str] = set()
+        held = state.holds()
         for resource in response.resources:
             if resource.name in seen:
                 return f"duplicate resource name {resource.name!r}"
             seen.add(resource.name)
             if resource.body and resource.type_url != response.type_url:
                 return f"resource type {resource.type_url} does not match {response.type_url}"
+            if resource.name_only and not resource.aliases:
+                mine = held.get(resource.name)
+                if mine is None or mine.version != resource.version:
+                    # As Envoy: a body-less entry is a heartbeat only for what is held.
+                    return f"no body for {resource.name!r}, which is not held at that version"
         both = seen.intersection(response.removed_resources)
         if both:
             return f"{sorted(both)[0]!r} is both updated and removed"

@@ -550,8 +550,10 @@ class ServerDriver(Generic[_Request, _Response]):
         """Write one response (encoded as ``data``) and record it; its type URL."""
         metrics = self._metrics
         type_url, version, nonce = _identity(response)
-        # Before the write: the client's answer may be read before this task resumes.
-        since = self._waiting.pop(type_url, changed)
+        beats = _heartbeats(response)
+        # Before the write: the client's answer may be read before this task resumes. A
+        # heartbeat carries no cache change: its type stays waiting for the one that does.
+        since = None if beats else self._waiting.pop(type_url, changed)
         if since is not None:
             self._carrying[type_url] = since
         self._in_flight.add(type_url)
@@ -565,7 +567,6 @@ class ServerDriver(Generic[_Request, _Response]):
         record = self._records_for(type_url)
         record.sent_version, record.sent_nonce = version, nonce
         record.sent_at = time.time()
-        beats = _heartbeats(response)
         if beats or _carries_ttl(response):
             self._heartbeats.held(self.machine.shortest_ttl())
         if metrics is not None:
