@@ -9,7 +9,8 @@ Envoy's proto3 JSON mapping, each with its ``@type``, as:
 * ``{"resources": [...]}``, the layout of Envoy's own file-based subscriptions.
 
 A resource wrapped in an ``envoy.service.discovery.v3.Resource`` entry takes that entry's
-``aliases`` (virtual hosts only, for VHDS).
+``aliases`` (virtual hosts only, for VHDS) and ``ttl`` (clients that support TTLs drop the
+resource when it lapses without a heartbeat).
 
 Every problem in the directory is collected and reported together, each with its file and
 document, and a directory with any problem yields no snapshot at all.
@@ -513,27 +514,33 @@ def _resource(entry: Any) -> Resource:
 
 
 WRAPPED = "type.googleapis.com/envoy.service.discovery.v3.Resource"
-"""An entry of this ``@type`` wraps one resource (its ``resource``) to give it ``aliases``,
-or a ``name`` when the resource has no name field of its own (``LbEndpoint``, for LEDS)."""
+"""An entry of this ``@type`` wraps one resource (its ``resource``) to give it ``aliases``
+and a ``ttl``, or a ``name`` when the resource has no name field of its own (``LbEndpoint``,
+for LEDS)."""
 
 
 def _wrapped(wrapper: Any) -> Resource:
     """The resource an ``envoy.service.discovery.v3.Resource`` entry wraps, with its aliases
-    (and its name, for a type without a name field)."""
+    and TTL (and its name, for a type without a name field)."""
     where = "envoy.service.discovery.v3.Resource"
     if not wrapper.HasField("resource") or not wrapper.resource.type_url:
         raise _EntryError(f"{where} without its 'resource' (with its '@type')")
     unsupported = [
         field
-        for field in ("version", "ttl", "cache_control", "metadata")
+        for field in ("version", "cache_control", "metadata")
         if (getattr(wrapper, field) if field == "version" else wrapper.HasField(field))
     ]
     if unsupported:
         raise _EntryError(
             f"{where}: {', '.join(repr(f) for f in unsupported)} cannot be given here "
-            "(versions are computed from the content; only 'name', 'aliases' and 'resource' "
-            "are read)"
+            "(versions are computed from the content; only 'name', 'aliases', 'ttl' and "
+            "'resource' are read)"
         )
+    ttl = None
+    if wrapper.HasField("ttl"):
+        ttl = wrapper.ttl.seconds + wrapper.ttl.nanos / 1e9
+        if ttl <= 0:
+            raise _EntryError(f"{where}: 'ttl' must be positive, not {ttl:g} s")
     type_url = wrapper.resource.type_url
     inner = message_class(type_url)()
     inner.ParseFromString(wrapper.resource.value)
@@ -545,7 +552,7 @@ def _wrapped(wrapper: Any) -> Resource:
         )
     try:
         resource = make_resource(
-            inner, name=wrapper.name if named else None, aliases=tuple(wrapper.aliases)
+            inner, name=wrapper.name if named else None, aliases=tuple(wrapper.aliases), ttl=ttl
         )
     except (TypeError, ValueError) as exc:
         raise _EntryError(str(exc)) from None

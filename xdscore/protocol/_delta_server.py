@@ -55,16 +55,23 @@ endpoints arrive, and a reconnecting or updated cluster may not ask for them aga
 ADS, what is due goes through make-before-break ordering (:mod:`xdscore.protocol._ordering`):
 a changed resource that refers to something the client does not hold yet waits, and so does
 the removal of a resource that something the client holds still refers to.
+
+TTLs reach a client that supports them (:class:`~xdscore.protocol.ClientFeatures`) in each
+entry's ``ttl`` (``DeltaResponse.ttl``); others get the entries without it. A heartbeat
+(:meth:`~DeltaServer.heartbeat`) carries, for the resources with a TTL the client holds at
+their current version, each name, version and TTL without a body (``DeltaResponse.heartbeat``):
+the client restarts those TTLs and applies nothing. Virtual hosts are repeated in full
+instead, since Envoy takes a body-less VHDS entry for an unresolved alias, not a heartbeat.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 
 import attrs
 
 from ..wire._names import collection_of
-from ..wire._records import DeltaDiscoveryRequest, ErrorDetail
+from ..wire._records import DeltaDiscoveryRequest, ErrorDetail, ResourceError
 from ..wire._resource import Resource
 from ..wire._typeurls import ROUTE, VIRTUAL_HOST, TypeInfo, type_info
 from ._events import Event, ResponseAcked, ResponseNacked, StaleNonceSeen, SubscriptionChanged
@@ -94,6 +101,13 @@ class DeltaResponse:
     system_version_info: str
     resources: tuple[Resource, ...]
     removed: tuple[str, ...]
+    ttl: bool = False
+    """Encode each resource's TTL (the client supports TTLs)."""
+    heartbeat: bool = False
+    """Encode the resources as heartbeats: name, version and TTL, no body."""
+    errors: tuple[ResourceError, ...] = ()
+    """``resource_errors``: removed names the client asked for by name, and why (for
+    clients that read them)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -329,6 +343,8 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
             if changed is None
             else _unique(owing, changed)
         )
+        absent: dict[str, str | None] = {}
+        deny = self._deny
         for name in names:
             if name in collections:
                 continue  # a glob is answered by its members (or, owed and empty, above)
@@ -336,8 +352,13 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
             resource = self._lookup(type_url, resources, name)
             if resource is not None and not _wanted(subscription, name, resource):
                 resource = None
-            if resource is None and aliased and name in subscription.names:
+            reason = deny(type_url, name) if deny is not None else None
+            if reason is not None:
+                resource = None
+            if resource is None and aliased and name in subscription.names and reason is None:
                 resource = _unresolved(type_url, name, owed, state.held_versions)
+            if resource is None:
+                absent[name] = reason
             if resource is not None:
                 key = resource.name
                 held = state.held_versions.get(key)
@@ -368,7 +389,12 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
         if not sending and not removed and (state.answered or deferred or subscription.empty):
             self._types[type_url] = attrs.evolve(state, synced=synced, owed=state.owed & deferred)
             return None
-        return self._send(type_url, state, sending, removed, view, synced=synced, owed=deferred)
+        errors = self._resource_errors(
+            {name: absent[name] for name in removed if name in absent}, subscription
+        )
+        return self._send(
+            type_url, state, sending, removed, view, synced=synced, owed=deferred, errors=errors
+        )
 
     def _send(
         self,
@@ -380,6 +406,8 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
         *,
         synced: Mapping[str, Resource] | None,
         owed: frozenset[str] = _EMPTY,
+        heartbeat: bool = False,
+        errors: tuple[ResourceError, ...] = (),
     ) -> DeltaResponse:
         """Put ``sending`` and ``removed`` in flight; ``owed`` stays owed (deferred names)."""
         everything = view.select(type_url, EVERYTHING)
@@ -390,6 +418,9 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
             system_version_info=everything.version if everything is not None else "",
             resources=tuple(sorted(sending, key=lambda r: r.name)),
             removed=tuple(sorted(removed)),
+            ttl=self.features.ttl,
+            heartbeat=heartbeat,
+            errors=errors,
         )
         self._types[type_url] = attrs.evolve(
             state,
@@ -400,11 +431,54 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
             owed=state.owed & owed,
             synced=synced,
         )
-        if self.aggregated:
+        if self.aggregated and not heartbeat:
             self._owe_warming(type_url, response.resources)
             if type_url == ROUTE:
                 self._watch_namespaces(response.resources)
         return response
+
+    def _beat(
+        self, type_url: str, view: ResourceView, quiet: Collection[tuple[str, str]]
+    ) -> DeltaResponse | None:
+        state = self._types[type_url]
+        if not self.features.ttl or state.outstanding is not None or not state.held:
+            return None
+        resources = view.resources(type_url)
+        if resources is None:
+            return None
+        beating = [
+            resource
+            for name, resource in state.held.items()
+            if resource.ttl is not None
+            and (type_url, name) not in quiet
+            and state.held_versions.get(name) == resource.version
+            and (current := resources.get(name)) is not None
+            and current.version == resource.version
+        ]
+        if not beating:
+            return None
+        return self._send(
+            type_url,
+            state,
+            beating,
+            [],
+            view,
+            synced=state.synced,
+            owed=state.owed,
+            heartbeat=not type_info(type_url).aliased,
+        )
+
+    def _ttl(self, state: DeltaTypeState) -> float | None:
+        if not self.features.ttl:
+            return None
+        arriving = state.outstanding.resources if state.outstanding is not None else ()
+        ttls = [
+            r.ttl for source in (state.held.values(), arriving) for r in source if r.ttl is not None
+        ]
+        return min(ttls) if ttls else None
+
+    def _owe(self, state: DeltaTypeState, names: frozenset[str]) -> DeltaTypeState:
+        return attrs.evolve(state, owed=state.owed | (names & state.held_versions.keys()))
 
     def _lookup(
         self, type_url: str, resources: Mapping[str, Resource], name: str

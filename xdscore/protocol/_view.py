@@ -83,6 +83,25 @@ class Selection:
         entries = b"".join(resource.sotw_entry for resource in self.resources.values())
         return entries + string_field(4, self.type_url)
 
+    @functools.cached_property
+    def sotw_wrapped_body(self) -> bytes:
+        """:attr:`sotw_body` with every resource that has a TTL wrapped in
+        ``envoy.service.discovery.v3.Resource`` (carrying the TTL), for clients that read
+        wrapped entries and TTLs; shared by all such streams."""
+        if self.shortest_ttl is None:
+            return self.sotw_body
+        entries = b"".join(
+            resource.sotw_entry if resource.ttl is None else resource.sotw_wrapped_entry
+            for resource in self.resources.values()
+        )
+        return entries + string_field(4, self.type_url)
+
+    @functools.cached_property
+    def shortest_ttl(self) -> float | None:
+        """The smallest TTL of the selected resources (``None``: none has a TTL)."""
+        ttls = [r.ttl for r in self.resources.values() if r.ttl is not None]
+        return min(ttls) if ttls else None
+
 
 class ResourceView(Protocol):
     """What the state machines read from a cache: immutable for as long as it is held.

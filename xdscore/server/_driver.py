@@ -37,7 +37,9 @@ from ..protocol._events import (
     StaleNonceSeen,
     SubscriptionChanged,
 )
+from ..protocol._features import ASSUMED_FEATURES, ClientFeatures
 from ..protocol._follow import Follower
+from ..protocol._machine import Deny
 from ..protocol._sotw_client import SotwClient
 from ..protocol._sotw_server import SotwResponse
 from ..protocol._state import Phase, ProtocolName
@@ -51,9 +53,10 @@ from ..wire._records import (
     Node,
 )
 from ._admission import PushSlots
-from ._authorization import Authorizer
+from ._authorization import Authorizer, ResourceAuthorizer
 from ._callbacks import ServerCallbacks, StreamInfo
 from ._catch_up import CatchUp, presents_unknown
+from ._heartbeat import DEFAULT_HEARTBEAT_FRACTION, HeartbeatSchedule
 from ._metrics import Metrics, type_label
 from ._pacer import Pacer
 from ._status import NackRecord, TypeRecord
@@ -72,6 +75,7 @@ __all__ = [
     "checked",
     "describe",
     "forget_frames",
+    "resource_policy",
 ]
 
 log = logging.getLogger("xdscore.server")
@@ -115,6 +119,18 @@ class ServerMachine(Protocol[_Request_in, _Response_out]):
     def poll(
         self, view: ResourceView | None, only: Collection[str] | None = None
     ) -> Sequence[_Response_out]: ...
+
+    def heartbeat(
+        self, view: ResourceView | None, *, quiet: Collection[tuple[str, str]] = ()
+    ) -> Sequence[_Response_out]: ...
+
+    def shortest_ttl(self) -> float | None: ...
+
+    def refresh(self, type_url: str, names: Collection[str]) -> None: ...
+
+    def use_features(self, features: ClientFeatures) -> None: ...
+
+    def use_authorization(self, deny: Deny | None) -> None: ...
 
     def type_states(self) -> Mapping[str, _Phased]: ...
 
@@ -204,11 +220,13 @@ class ServerCodec(Generic[_Request, _Response]):
 
 
 def _encode_sotw(response: SotwResponse, control_plane: str) -> tuple[bytes, ...]:
+    selection = response.selection
     return _codec.sotw_response_parts(
         version_info=response.version_info,
         nonce=response.nonce,
-        body=response.selection.sotw_body,
+        body=selection.sotw_wrapped_body if response.wrapped else selection.sotw_body,
         control_plane=control_plane,
+        errors=response.errors,
     )
 
 
@@ -220,6 +238,9 @@ def _encode_delta(response: DeltaResponse, control_plane: str) -> tuple[bytes, .
         resources=response.resources,
         removed=response.removed,
         control_plane=control_plane,
+        ttl=response.ttl,
+        heartbeat=response.heartbeat,
+        errors=response.errors,
     )
 
 
@@ -249,6 +270,14 @@ class ServerDriver(Generic[_Request, _Response]):
     its side does not end the stream: the server goes on pushing until it leaves. The driver
     keeps each type's :class:`~xdscore.server.TypeRecord` in ``records`` and, given
     ``metrics``, records pushes, answers and convergence times.
+
+    The first request's node says, with ``assumed_features`` (by user agent), which optional
+    encodings the client reads (:class:`~xdscore.protocol.ClientFeatures`); the driver hands
+    them to the machine. While the client holds resources with a TTL it sends heartbeats
+    every ``heartbeat_fraction`` of the shortest one (0: never), except for the
+    ``(type_url, name)`` pairs in ``quiet_heartbeats`` (a live set). ``authorize_resource``
+    decides, per resource, what the stream's client may have (see
+    :data:`~xdscore.server.ResourceAuthorizer`).
     """
 
     def __init__(
@@ -271,6 +300,10 @@ class ServerDriver(Generic[_Request, _Response]):
         pacer: Pacer | None = None,
         catch_up: CatchUp | None = None,
         catch_up_timeout: float = 0.0,
+        assumed_features: Mapping[str, Collection[str]] = ASSUMED_FEATURES,
+        heartbeat_fraction: float = DEFAULT_HEARTBEAT_FRACTION,
+        quiet_heartbeats: Collection[tuple[str, str]] = (),
+        authorize_resource: ResourceAuthorizer | None = None,
     ) -> None:
         self.machine = machine
         self.info = info
@@ -290,6 +323,9 @@ class ServerDriver(Generic[_Request, _Response]):
         self._pacer = pacer
         self._catch_up = catch_up
         self._catch_up_timeout = catch_up_timeout
+        self._assumed = assumed_features
+        self._authorize_resource = authorize_resource
+        self._heartbeats = HeartbeatSchedule(heartbeat_fraction, quiet_heartbeats, time.monotonic)
         self._requested = False
         """A request arrived since the write task last looked: answer it at once."""
         self._polled = (-1.0, -1.0)
@@ -387,8 +423,11 @@ class ServerDriver(Generic[_Request, _Response]):
         for event in self.machine.receive(request):
             if isinstance(event, NodeIdentified):
                 self.info.node = event.node
+                self.info.features = ClientFeatures.of(event.node, self._assumed)
+                self.machine.use_features(self.info.features)
                 _log_open(self.info)
                 self._check_allowed(event.node)
+                self.machine.use_authorization(resource_policy(self._authorize_resource, self.info))
                 self._cancel_watch = self._cache.watch(event.node, self._cache_changed)
             self._record(event)
             self._dispatch(event)
@@ -421,11 +460,26 @@ class ServerDriver(Generic[_Request, _Response]):
 
     async def _write(self) -> None:
         while not self._finished():
-            await self._wake.wait()
+            await self._wait()
             more = True
             while more and not self._finished():
                 only, more = await self._next_round()
                 await self._push(only)
+
+    async def _wait(self) -> None:
+        """Until woken, or until the next heartbeat is due."""
+        wait = self._heartbeats.wait()
+        if wait is None:
+            await self._wake.wait()
+            return
+        with anyio.move_on_after(wait):
+            await self._wake.wait()
+
+    def refresh(self, type_url: str, names: Collection[str]) -> None:
+        """Send ``names`` of ``type_url`` in full again, soon (see ``machine.refresh``)."""
+        self.machine.refresh(type_url, names)
+        self._requested = True
+        self._wake.set()
 
     def finish(self, *, now: bool = False) -> None:
         """End the stream cleanly between two responses: once the client has answered every
@@ -476,7 +530,11 @@ class ServerDriver(Generic[_Request, _Response]):
         held = True
         try:
             view = self._cache.view(node) if node is not None else None
-            for response in self.machine.poll(view, only):
+            responses = list(self.machine.poll(view, only))
+            beat = self._heartbeats.due()
+            if beat:
+                responses += self.machine.heartbeat(view, quiet=self._heartbeats.quiet)
+            for response in responses:
                 data = self._codec.encode(response, self._control_plane)
                 if held and not _writable(self._stream, _size(data)):
                     # The client is not reading: nobody else waits for it.
@@ -484,6 +542,9 @@ class ServerDriver(Generic[_Request, _Response]):
                     held = False
                 sent.add(await self._send(response, data, changed, started))
                 del data
+            del responses
+            if beat:
+                self._heartbeats.beaten(self.machine.shortest_ttl())
             # Nothing of this round stays referenced while the stream waits: not the view,
             # not an encoded response (one per idle stream would add up).
             del view
@@ -498,8 +559,10 @@ class ServerDriver(Generic[_Request, _Response]):
         """Write one response (encoded as ``data``) and record it; its type URL."""
         metrics = self._metrics
         type_url, version, nonce = _identity(response)
-        # Before the write: the client's answer may be read before this task resumes.
-        since = self._waiting.pop(type_url, changed)
+        beats = _heartbeats(response)
+        # Before the write: the client's answer may be read before this task resumes. A
+        # heartbeat carries no cache change: its type stays waiting for the one that does.
+        since = None if beats else self._waiting.pop(type_url, changed)
         if since is not None:
             self._carrying[type_url] = since
         self._in_flight.add(type_url)
@@ -513,10 +576,15 @@ class ServerDriver(Generic[_Request, _Response]):
         record = self._records_for(type_url)
         record.sent_version, record.sent_nonce = version, nonce
         record.sent_at = time.time()
+        if beats or _carries_ttl(response):
+            self._heartbeats.held(self.machine.shortest_ttl())
         if metrics is not None:
             metrics.push_seconds(type_url).observe(time.monotonic() - started)
             metrics.responses(type_url).inc()
             metrics.response_bytes(type_url).inc(_size(data))
+            if beats:
+                metrics.heartbeats(type_url).inc()
+                metrics.heartbeat_resources(type_url).inc(beats)
         call_back(self._callbacks.on_response, self.info, response)
         return type_url
 
@@ -608,6 +676,29 @@ def _writable(stream: ByteStream, size: int) -> bool:
     return True if writable is None else bool(writable(size))
 
 
+def resource_policy(hook: ResourceAuthorizer | None, info: StreamInfo) -> Deny | None:
+    """``hook`` for one stream, as its machine asks: by type URL and name."""
+    if hook is None:
+        return None
+    return lambda type_url, name: hook(info, type_url, name)
+
+
+def _carries_ttl(response: Any) -> bool:
+    """Whether ``response`` sends a resource with a TTL."""
+    if isinstance(response, SotwResponse):
+        return response.selection.shortest_ttl is not None
+    return any(resource.ttl is not None for resource in response.resources)
+
+
+def _heartbeats(response: Any) -> int:
+    """How many resources ``response`` heartbeats (0: it is no heartbeat)."""
+    if not getattr(response, "heartbeat", False):
+        return 0
+    if isinstance(response, SotwResponse):
+        return len(response.selection)
+    return len(response.resources)
+
+
 def _identity(response: Any) -> tuple[str, str, str]:
     """(type URL, version, nonce) of a SotW or Delta response."""
     if isinstance(response, SotwResponse):
@@ -629,7 +720,7 @@ def _log_open(info: StreamInfo) -> None:
     node = info.node
     assert node is not None
     log.info(
-        "stream %d opened: node=%s cluster=%s peer=%s mode=%s agent=%s/%s",
+        "stream %d opened: node=%s cluster=%s peer=%s mode=%s agent=%s/%s features=%s",
         info.id,
         node.id,
         node.cluster,
@@ -637,7 +728,18 @@ def _log_open(info: StreamInfo) -> None:
         describe(info),
         node.user_agent_name or "?",
         node.user_agent_version or "?",
+        _feature_names(info.features),
     )
+
+
+def _feature_names(features: ClientFeatures | None) -> str:
+    """The optional encodings a stream uses, for its log line (``-``: none)."""
+    if features is None:
+        return "-"
+    names = [
+        name for name in ("ttl", "resource_in_sotw", "resource_errors") if getattr(features, name)
+    ]
+    return ",".join(names) or "-"
 
 
 def call_back(method: Callable[..., None], *args: Any) -> None:

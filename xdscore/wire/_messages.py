@@ -173,10 +173,13 @@ def make_resource(
     type_url: str | None = None,
     name: str | None = None,
     aliases: tuple[str, ...] = (),
+    ttl: float | None = None,
 ) -> Resource:
     """Build a :class:`Resource` from a protobuf message, a betterproto2 message or bytes.
 
     ``type_url`` is required for bytes; ``name`` defaults to the message's own name field.
+    ``ttl`` (seconds) lets clients that support TTLs drop the resource when it lapses without
+    a heartbeat (see :attr:`Resource.ttl`).
     """
     if isinstance(message, bytes | bytearray | memoryview):
         if type_url is None:
@@ -186,13 +189,15 @@ def make_resource(
         if name is None:
             typed = decode_resource(type_url, body)
             name = resource_name(type_url, typed)
-        return Resource(type_url=type_url, name=name, body=body, aliases=aliases, message=typed)
+        return Resource(
+            type_url=type_url, name=name, body=body, aliases=aliases, message=typed, ttl=ttl
+        )
     if hasattr(message, "_betterproto"):
         url = _betterproto_type_url(message)
         if type_url is not None and type_url != url:
             raise TypeError(f"message is a {url}, not a {type_url}")
         typed = decode_resource(url, bytes(message))
-        return make_resource(typed, type_url=url, name=name, aliases=aliases)
+        return make_resource(typed, type_url=url, name=name, aliases=aliases, ttl=ttl)
     if isinstance(message, Message):
         url = TYPE_URL_PREFIX + message.DESCRIPTOR.full_name
         if type_url is not None and type_url != url:
@@ -204,6 +209,7 @@ def make_resource(
             body=body,
             aliases=aliases,
             message=message,
+            ttl=ttl,
         )
     raise TypeError(
         f"cannot make a resource from {type(message).__qualname__}: "
