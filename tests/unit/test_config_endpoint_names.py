@@ -7,6 +7,7 @@ from pathlib import Path
 
 from xdscore import LBENDPOINT
 from xdscore.config import load_directory, read_directory
+from xdscore.wire._messages import decode_resource
 
 WRAPPER = "type.googleapis.com/envoy.service.discovery.v3.Resource"
 LB_ENDPOINT = "type.googleapis.com/envoy.config.endpoint.v3.LbEndpoint"
@@ -38,7 +39,7 @@ def test_wrapped_lb_endpoint_takes_the_wrapper_name(tmp_path: Path) -> None:
     assert served is not None
     # Names are canonical: the context parameters sorted.
     assert sorted(served) == [NAME, NAME.replace("ep1", "ep2?app=web&zone=z1")]
-    lb_endpoint = served[NAME].message
+    lb_endpoint = decode_resource(LBENDPOINT, served[NAME].body)
     assert lb_endpoint.endpoint.address.socket_address.port_value == 8080  # type: ignore[attr-defined]
 
 

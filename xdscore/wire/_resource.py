@@ -51,7 +51,9 @@ class Resource:
     version: str = attrs.field()
     aliases: tuple[str, ...] = ()
     message: object = attrs.field(default=None, eq=False, repr=False)
-    """The typed message the resource was built from, if any (never used on a hot path)."""
+    """The typed message given when the resource was constructed directly, if any (the
+    analyzer checks that it is of the declared type). :func:`~xdscore.make_resource` keeps
+    only the bytes."""
     name_only: bool = False
     """A Delta entry without a body: its name, version and aliases only (see
     :meth:`unresolved`)."""
