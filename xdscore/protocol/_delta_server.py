@@ -66,6 +66,7 @@ instead, since Envoy takes a body-less VHDS entry for an unresolved alias, not a
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 
 import attrs
@@ -86,6 +87,7 @@ from ._view import ResourceView
 __all__ = ["DeltaResponse", "DeltaServer", "DeltaTypeState"]
 
 _EMPTY: frozenset[str] = frozenset()
+_by_name = operator.attrgetter("name")
 _REMOVED = ""
 """The version recorded in ``rejected_versions`` for a removal the client NACKed."""
 _UNKNOWN = ""
@@ -345,33 +347,37 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
         )
         absent: dict[str, str | None] = {}
         deny = self._deny
+        # Locals: this loop runs once per changed name per stream.
+        held_versions, held_resources = state.held_versions, state.held
+        rejected = state.rejected_versions
+        wildcard, subscribed = subscription.wildcard, subscription.names
         for name in names:
             if name in collections:
                 continue  # a glob is answered by its members (or, owed and empty, above)
             owed = name in owing
-            resource = self._lookup(type_url, resources, name)
-            if resource is not None and not _wanted(subscription, name, resource):
+            resource = resources.get(name)
+            if resource is None and aliased:
+                resource = self._by_alias(resources, name)
+            if resource is not None and not (
+                wildcard or name in subscribed or _wanted(subscription, name, resource)
+            ):
                 resource = None
             reason = deny(type_url, name) if deny is not None else None
             if reason is not None:
                 resource = None
-            if resource is None and aliased and name in subscription.names and reason is None:
-                resource = _unresolved(type_url, name, owed, state.held_versions)
+            if resource is None and aliased and name in subscribed and reason is None:
+                resource = _unresolved(type_url, name, owed, held_versions)
             if resource is None:
                 absent[name] = reason
             if resource is not None:
                 key = resource.name
-                held = state.held_versions.get(key)
-                if held == resource.version and key not in state.held:
+                version = resource.version
+                held = held_versions.get(key)
+                if held == version and key not in held_resources:
                     recognised[key] = resource
-                if owed or (
-                    held != resource.version
-                    and state.rejected_versions.get(key) != resource.version
-                ):
+                if owed or (held != version and rejected.get(key) != version):
                     due[key] = resource
-            elif owed or (
-                name in state.held_versions and state.rejected_versions.get(name) != _REMOVED
-            ):
+            elif owed or (name in held_versions and rejected.get(name) != _REMOVED):
                 removed.append(name)
         sending = list(due.values())
         removed = [name for name in removed if name not in due]
@@ -416,7 +422,7 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
             type_url=type_url,
             nonce=self._nonce_source(),
             system_version_info=everything.version if everything is not None else "",
-            resources=tuple(sorted(sending, key=lambda r: r.name)),
+            resources=tuple(sorted(sending, key=_by_name)),
             removed=tuple(sorted(removed)),
             ttl=self.features.ttl,
             heartbeat=heartbeat,
@@ -480,13 +486,8 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
     def _owe(self, state: DeltaTypeState, names: frozenset[str]) -> DeltaTypeState:
         return attrs.evolve(state, owed=state.owed | (names & state.held_versions.keys()))
 
-    def _lookup(
-        self, type_url: str, resources: Mapping[str, Resource], name: str
-    ) -> Resource | None:
-        """The resource called ``name``; for aliased types, also one with ``name`` as alias."""
-        resource = resources.get(name)
-        if resource is not None or not type_info(type_url).aliased:
-            return resource
+    def _by_alias(self, resources: Mapping[str, Resource], name: str) -> Resource | None:
+        """The resource with ``name`` as an alias (aliased types: VHDS)."""
         cached = self._aliases
         if cached is None or cached[0] is not resources:
             index = {alias: r for r in resources.values() for alias in r.aliases}
@@ -551,12 +552,16 @@ def _accept(
     held_versions = dict(state.held_versions)
     held = dict(state.held)
     rejected = dict(state.rejected_versions)
+    subscription = state.subscription
+    wildcard, subscribed = subscription.wildcard, subscription.names
     for resource in outstanding.resources:
-        rejected.pop(resource.name, None)
-        if not _wanted(state.subscription, resource.name, resource):
+        name = resource.name
+        if rejected:
+            rejected.pop(name, None)
+        if not (wildcard or name in subscribed or _wanted(subscription, name, resource)):
             continue  # unsubscribed while in flight: the client dropped it
-        held_versions[resource.name] = resource.version
-        held[resource.name] = resource
+        held_versions[name] = resource.version
+        held[name] = resource
     for name in outstanding.removed:
         held_versions.pop(name, None)
         held.pop(name, None)

@@ -536,11 +536,12 @@ class ServerDriver(Generic[_Request, _Response]):
                 responses += self.machine.heartbeat(view, quiet=self._heartbeats.quiet)
             for response in responses:
                 data = self._codec.encode(response, self._control_plane)
-                if held and not _writable(self._stream, _size(data)):
+                size = sum(map(len, data))
+                if held and not _writable(self._stream, size):
                     # The client is not reading: nobody else waits for it.
                     self._slots.release()
                     held = False
-                sent.add(await self._send(response, data, changed, started))
+                sent.add(await self._send(response, data, size, changed, started))
                 del data
             del responses
             if beat:
@@ -554,9 +555,15 @@ class ServerDriver(Generic[_Request, _Response]):
         self._follow_change(changed, sent)
 
     async def _send(
-        self, response: _Response, data: tuple[bytes, ...], changed: float | None, started: float
+        self,
+        response: _Response,
+        data: tuple[bytes, ...],
+        size: int,
+        changed: float | None,
+        started: float,
     ) -> str:
-        """Write one response (encoded as ``data``) and record it; its type URL."""
+        """Write one response (encoded as ``data``, ``size`` bytes) and record it; its type
+        URL."""
         metrics = self._metrics
         type_url, version, nonce = _identity(response)
         beats = _heartbeats(response)
@@ -581,7 +588,7 @@ class ServerDriver(Generic[_Request, _Response]):
         if metrics is not None:
             metrics.push_seconds(type_url).observe(time.monotonic() - started)
             metrics.responses(type_url).inc()
-            metrics.response_bytes(type_url).inc(_size(data))
+            metrics.response_bytes(type_url).inc(size)
             if beats:
                 metrics.heartbeats(type_url).inc()
                 metrics.heartbeat_resources(type_url).inc(beats)
@@ -654,10 +661,6 @@ class ServerDriver(Generic[_Request, _Response]):
             call_back(self._callbacks.on_ack, self.info, event)
         elif isinstance(event, ResponseNacked):
             call_back(self._callbacks.on_nack, self.info, event)
-
-
-def _size(parts: tuple[bytes, ...]) -> int:
-    return sum(map(len, parts))
 
 
 async def _write(stream: ByteStream, parts: tuple[bytes, ...]) -> None:
