@@ -49,6 +49,7 @@ from xdscore.wire._records import DeltaDiscoveryResponse
 
 from ..factories import short
 from . import _invariants as check
+from ._heartbeats import HeartbeatRules
 from ._model import (
     NAMES,
     NODE,
@@ -672,20 +673,18 @@ class HeartbeatStep:
     current: Mapping[str, Resource]
 
 
-class DeltaTtlProperties(DeltaProperties):
+class DeltaTtlProperties(HeartbeatRules, DeltaProperties):
     """The ordered machine with TTLs on clusters, endpoints and listeners, a client that supports
     them, and heartbeats at any step (inv. 38): the runtime may ask for them at any time, so
     they interleave with everything else. A heartbeat is in flight like a response; the
     model pairs its ACK or NACK the same way."""
 
     ordered = True
+    label = "delta"
     features = ClientFeatures(ttl=True)
 
     def _snapshot_of(self, config: EnvoyConfig) -> Snapshot:
         return with_ttls(config.snapshot())
-
-    converged = False
-    """Set in ``teardown``: the pair has settled."""
 
     def _fresh_step(self) -> None:
         super()._fresh_step()
@@ -695,18 +694,6 @@ class DeltaTtlProperties(DeltaProperties):
         """Whether the server believes the client holds a resource with a TTL."""
         states = self.pair.server.type_states().values()
         return any(r.ttl is not None for state in states for r in state.held.values())
-
-    @precondition(_holds_a_ttl)
-    @rule()
-    def heartbeat(self) -> None:
-        self._fresh_step()
-        self._beat()
-
-    @rule()
-    def poll_then_heartbeat(self) -> None:
-        """What the runtime does when a heartbeat is due: poll, then heartbeat the rest."""
-        self.poll()
-        self._beat()
 
     def _beat(self) -> None:
         for response in self.pair.heartbeat():
@@ -725,7 +712,6 @@ class DeltaTtlProperties(DeltaProperties):
             self.types[type_url] = attrs.evolve(
                 before, unanswered=response.nonce, latest=response.nonce, initial=None
             )
-            event(f"delta: heartbeat {'after convergence' if self.converged else 'during the run'}")
 
     def teardown(self) -> None:
         """Converged, a heartbeat of everything held goes out and changes nothing held."""
@@ -734,7 +720,8 @@ class DeltaTtlProperties(DeltaProperties):
             return
         self._fresh_step()
         self.converged = True
-        self.heartbeat()
+        self._beat()
+        self._tell()
         self.inv38_heartbeats_carry_only_what_the_client_holds_unchanged()
         self._settle()
         self.inv17_client_converges_to_the_subscribed_snapshot()

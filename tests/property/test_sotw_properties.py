@@ -49,6 +49,7 @@ from xdscore.wire._records import DiscoveryRequest, DiscoveryResponse
 
 from ..factories import short
 from . import _invariants as check
+from ._heartbeats import HeartbeatRules
 from ._model import (
     NAMES,
     NODE,
@@ -580,19 +581,17 @@ class HeartbeatStep:
     current: Mapping[str, Resource]
 
 
-class SotwTtlProperties(SotwProperties):
+class SotwTtlProperties(HeartbeatRules, SotwProperties):
     """The ordered machine with TTLs on clusters, endpoints and listeners, a client that reads TTLs
     and wrapped entries, and heartbeats at any step (inv. 38). A SotW heartbeat repeats the
     held state at the held version; the model pairs its ACK or NACK like a response's."""
 
     ordered = True
+    label = "sotw"
     features = ClientFeatures(ttl=True, resource_in_sotw=True)
 
     def _snapshot_of(self, config: EnvoyConfig) -> Snapshot:
         return with_ttls(config.snapshot())
-
-    converged = False
-    """Set in ``teardown``: the pair has settled."""
 
     def _fresh_step(self) -> None:
         super()._fresh_step()
@@ -604,18 +603,6 @@ class SotwTtlProperties(SotwProperties):
             if state.held is not None and state.held.shortest_ttl is not None:
                 return True
         return False
-
-    @precondition(_holds_a_ttl)
-    @rule()
-    def heartbeat(self) -> None:
-        self._fresh_step()
-        self._beat()
-
-    @rule()
-    def poll_then_heartbeat(self) -> None:
-        """What the runtime does when a heartbeat is due: poll, then heartbeat the rest."""
-        self.poll()
-        self._beat()
 
     def _beat(self) -> None:
         for response in self.pair.heartbeat():
@@ -638,7 +625,6 @@ class SotwTtlProperties(SotwProperties):
             self.types[type_url] = attrs.evolve(
                 before, latest=response.nonce, unanswered=response.nonce
             )
-            event(f"sotw: heartbeat {'after convergence' if self.converged else 'during the run'}")
 
     @invariant()
     def inv38_heartbeats_repeat_what_the_client_holds_unchanged(self) -> None:
@@ -672,7 +658,8 @@ class SotwTtlProperties(SotwProperties):
             return
         self._fresh_step()
         self.converged = True
-        self.heartbeat()
+        self._beat()
+        self._tell()
         self.inv38_heartbeats_repeat_what_the_client_holds_unchanged()
         self._settle()
         self.inv21_client_converges_to_the_subscribed_snapshot()

@@ -37,6 +37,7 @@ from xdscore.server._driver import DELTA, SOTW
 from xdscore.wire import RESOURCE_WRAPPER, decode_delta_response
 
 from ..factories import NODE
+from ..factories import delta_ack as delta_ack_request
 from ._delta import ack as delta_ack
 from ._delta import start
 from ._delta import stream as delta_stream
@@ -360,3 +361,17 @@ def test_inv38_delta_heartbeat_crossing_an_unsubscribe_is_nacked_once_and_harmle
     (again,) = server.heartbeat(view)
     assert [r.name for r in again.resources] == ["r1"]
     assert deliver(again).error_detail is None
+
+
+def test_inv38_delta_no_heartbeat_for_what_the_subscription_no_longer_wants() -> None:
+    """Found by DeltaTtlProperties: a legacy wildcard left by naming a resource no longer
+    wants what it held; its removal is due, and a heartbeat must not carry it meanwhile."""
+    view = Snapshot([C1])
+    machine = delta()
+    start(machine, CLUSTER)  # legacy wildcard
+    (sent,) = machine.poll(view)
+    machine.receive(delta_ack_request(sent, subscribe=["other"]))  # ACK, and name one
+    assert not machine.type_states()[CLUSTER].subscription.wants("a")
+    assert machine.heartbeat(view) == []
+    (removal,) = machine.poll(view)
+    assert removal.removed == ("a", "other")  # "other" does not exist either

@@ -404,6 +404,7 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
             for name, resource in state.held.items()
             if resource.ttl is not None
             and (type_url, name) not in quiet
+            and _wanted(state.subscription, name, resource)
             and state.held_versions.get(name) == resource.version
             and (current := resources.get(name)) is not None
             and current.version == resource.version
