@@ -146,6 +146,8 @@ class DeltaProperties(RuleBasedStateMachine):
         self.pool: list[str] = []
         self.sent: dict[str, DeltaDiscoveryResponse] = {}
         """Every response sent, by nonce (nonces are unique across streams)."""
+        self.heartbeat_nonces: set[str] = set()
+        """The nonces of the heartbeats among them."""
         self.pair = DeltaPair(
             lambda: self.snapshot,
             node=NODE,
@@ -317,16 +319,22 @@ class DeltaProperties(RuleBasedStateMachine):
         nonce = request.response_nonce
         if nonce and nonce == model.unanswered:
             response = self.sent[nonce]
-            if request.error_detail is not None:
+            if request.error_detail is not None and nonce in self.heartbeat_nonces:
+                # A rejected heartbeat carried nothing to apply: nothing changes but the nonce.
+                event("delta: NACK of a heartbeat")
+                model = attrs.evolve(model, unanswered=None)
+                expect = attrs.evolve(expect, nacks=response.system_version_info)
+            elif request.error_detail is not None:
                 event("delta: NACK")
                 rejected = dict(model.rejected)
                 rejected.update({r.name: r.version for r in response.resources})
                 rejected.update(dict.fromkeys(response.removed_resources, REMOVED))
-                # The client may have applied the valid part: those names may be held.
+                # The client may have applied the valid part: those names are held at a
+                # version the server cannot know (the one before, or the one rejected).
                 acked = dict(model.acked)
                 for resource in response.resources:
                     if model.want.wants(resource.name):
-                        acked.setdefault(resource.name, "")
+                        acked[resource.name] = ""
                 model = attrs.evolve(model, acked=acked, rejected=rejected, unanswered=None)
                 expect = attrs.evolve(expect, nacks=response.system_version_info)
             else:
@@ -709,6 +717,7 @@ class DeltaTtlProperties(HeartbeatRules, DeltaProperties):
             )
             self.nonces.append(response.nonce)
             self.sent[response.nonce] = response
+            self.heartbeat_nonces.add(response.nonce)
             self.types[type_url] = attrs.evolve(
                 before, unanswered=response.nonce, latest=response.nonce, initial=None
             )

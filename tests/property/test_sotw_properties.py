@@ -150,6 +150,8 @@ class SotwProperties(RuleBasedStateMachine):
         """The version of every response sent, by nonce (nonces are unique across streams)."""
         self.content_of: dict[tuple[str, str], dict[str, str]] = {}
         """(name, version) pairs of every response sent, by (type URL, version_info)."""
+        self.heartbeat_nonces: set[str] = set()
+        """The nonces of the heartbeats sent."""
 
         self.pair = SotwPair(
             lambda: self.snapshot,
@@ -285,7 +287,12 @@ class SotwProperties(RuleBasedStateMachine):
         acks = nacks = None
         if nonce and nonce == model.unanswered:
             version = self.version_of[nonce]
-            if request.error_detail is not None:
+            if request.error_detail is not None and nonce in self.heartbeat_nonces:
+                # A rejected heartbeat repeated what the client holds: it still holds that.
+                event("sotw: NACK of a heartbeat")
+                nacks = version
+                model = attrs.evolve(model, unanswered=None)
+            elif request.error_detail is not None:
                 event("sotw: NACK")
                 nacks = version
                 model = attrs.evolve(
@@ -622,6 +629,7 @@ class SotwTtlProperties(HeartbeatRules, SotwProperties):
             )
             self.nonces.append(response.nonce)
             self.version_of[response.nonce] = response.version_info
+            self.heartbeat_nonces.add(response.nonce)
             self.types[type_url] = attrs.evolve(
                 before, latest=response.nonce, unanswered=response.nonce
             )
