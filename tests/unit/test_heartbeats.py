@@ -8,10 +8,18 @@ import functools
 import anyio
 import pytest
 
-from xdscore import LISTENER, Snapshot, SnapshotCache, XdsServer, make_resource, same_for_all
+from xdscore import (
+    LISTENER,
+    ROUTE,
+    Snapshot,
+    SnapshotCache,
+    XdsServer,
+    make_resource,
+    same_for_all,
+)
 from xdscore import builders as b
 from xdscore.protocol import SUPPORTS_TTL, DeltaClient, DeltaResponse
-from xdscore.server import ClientDriver
+from xdscore.server import ClientDriver, Pacing
 from xdscore.server._heartbeat import HeartbeatSchedule
 from xdscore.testing import byte_stream_pair
 from xdscore.wire import make_node
@@ -125,4 +133,47 @@ async def test_a_stream_heartbeats_what_it_holds_until_told_to_stop(
             await anyio.sleep(0.5)
             assert len(heartbeats(recorder)) == ended
             assert machine.holds(LISTENER)["l"].ttl is None
+            group.cancel_scope.cancel()
+
+
+@pytest.mark.anyio
+async def test_heartbeats_do_not_wait_for_a_burst_of_changes_to_settle() -> None:
+    """Debounce holds a burst of cache writes until it settles (here: never, for 1.2 s, the
+    quiet window being longer than the gap between writes); the heartbeats of what is
+    unchanged go out on time all the same, and the burst is still not pushed early."""
+    listener = make_resource(b.http_listener("l", 10000, "r"), ttl=TTL)
+    cache = SnapshotCache(group=same_for_all)
+    cache.set_snapshot(None, Snapshot([listener, b.route_configuration("r", [("/", "c0")])]))
+    recorder = Recorder()
+    server = XdsServer(cache, callbacks=recorder, pacing=Pacing(quiet=0.3, max_delay=5.0))
+    client_end, server_end = byte_stream_pair()
+    node = make_node(id="ttl", client_features=(SUPPORTS_TTL,))
+    client = ClientDriver(DeltaClient(node=node), client_end, follow=False)
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as group:
+            group.start_soon(functools.partial(server.run_stream, server_end, protocol="delta"))
+            group.start_soon(client.run)
+            await client.subscribe(LISTENER)
+            await client.subscribe(ROUTE, ["r"])
+            await anyio.sleep(0.3)
+            before, sent = len(heartbeats(recorder)), len(recorder.responses)
+            for step in range(24):  # a write every 0.05 s: the burst never goes quiet
+                routes = [b.route_configuration("r", [("/", f"c{step + 1}")])]
+                cache.set_snapshot(None, Snapshot([listener, *routes]))
+                await anyio.sleep(0.05)
+            during = recorder.responses[sent:]
+            beats = len(heartbeats(recorder)) - before
+            assert 8 <= beats <= 16, beats  # about one every 0.1 s
+            assert all(isinstance(r, DeltaResponse) and r.heartbeat for r in during), [
+                (r.type_url[-10:], r.heartbeat, [x.name for x in r.resources], r.removed)
+                for r in during
+                if isinstance(r, DeltaResponse)
+            ]
+            await anyio.sleep(0.5)  # the burst settles: the last route goes out, once
+            routes_sent = [
+                r
+                for r in recorder.responses[sent:]
+                if isinstance(r, DeltaResponse) and r.type_url == ROUTE
+            ]
+            assert len(routes_sent) == 1
             group.cancel_scope.cancel()

@@ -36,7 +36,9 @@ from xdscore.protocol import (
 from xdscore.server._driver import DELTA, SOTW
 from xdscore.wire import RESOURCE_WRAPPER, decode_delta_response
 
-from ..factories import NODE
+from ..factories import NODE, sotw_nack
+from ..factories import delta_ack as delta_ack_request
+from ..factories import delta_nack as delta_nack_request
 from ._delta import ack as delta_ack
 from ._delta import start
 from ._delta import stream as delta_stream
@@ -360,3 +362,46 @@ def test_inv38_delta_heartbeat_crossing_an_unsubscribe_is_nacked_once_and_harmle
     (again,) = server.heartbeat(view)
     assert [r.name for r in again.resources] == ["r1"]
     assert deliver(again).error_detail is None
+
+
+def test_inv38_delta_no_heartbeat_for_what_the_subscription_no_longer_wants() -> None:
+    """Found by DeltaTtlProperties: a legacy wildcard left by naming a resource no longer
+    wants what it held; its removal is due, and a heartbeat must not carry it meanwhile."""
+    view = Snapshot([C1])
+    machine = delta()
+    start(machine, CLUSTER)  # legacy wildcard
+    (sent,) = machine.poll(view)
+    machine.receive(delta_ack_request(sent, subscribe=["other"]))  # ACK, and name one
+    assert not machine.type_states()[CLUSTER].subscription.wants("a")
+    assert machine.heartbeat(view) == []
+    (removal,) = machine.poll(view)
+    assert removal.removed == ("a", "other")  # "other" does not exist either
+
+
+def test_inv38_a_rejected_heartbeat_changes_nothing_held() -> None:
+    """A heartbeat repeats what the client holds (SotW) or carries no body (Delta): if the
+    client rejects it, it still holds what it held, nothing is marked rejected, and the next
+    heartbeat goes out as planned (the resources would expire otherwise)."""
+    view = Snapshot([L1, L2])
+    sotw_machine = sotw()
+    first(sotw_machine, LISTENER)
+    (sent,) = settle(sotw_machine, view)
+    (beat,) = sotw_machine.heartbeat(view)
+    sotw_machine.receive(sotw_nack(beat))
+    state = sotw_machine.type_states()[LISTENER]
+    assert (state.held_version, state.rejected_version) == (sent.version_info, None)
+    assert sotw_machine.poll(view) == []
+    assert len(sotw_machine.heartbeat(view)) == 1
+
+    delta_machine = delta()
+    start(delta_machine, LISTENER)
+    (sent_delta,) = delta_machine.poll(view)
+    delta_ack(delta_machine, sent_delta)
+    (delta_beat,) = delta_machine.heartbeat(view)
+    delta_machine.receive(delta_nack_request(delta_beat))
+    delta_state = delta_machine.type_states()[LISTENER]
+    assert dict(delta_state.held_versions) == {"l1": L1.version, "l2": L2.version}
+    assert dict(delta_state.rejected_versions) == {}
+    assert delta_machine.poll(view) == []
+    (again,) = delta_machine.heartbeat(view)
+    assert [r.name for r in again.resources] == ["l1"]

@@ -457,6 +457,7 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
             for name, resource in state.held.items()
             if resource.ttl is not None
             and (type_url, name) not in quiet
+            and _wanted(state.subscription, name, resource)
             and state.held_versions.get(name) == resource.version
             and (current := resources.get(name)) is not None
             and current.version == resource.version
@@ -586,10 +587,10 @@ def _accept(
 def _reject(
     state: DeltaTypeState, outstanding: DeltaResponse, error: ErrorDetail, events: list[Event]
 ) -> DeltaTypeState:
-    """The client rejected the response in flight: none of its versions is sent again."""
-    rejected = dict(state.rejected_versions)
-    rejected.update({r.name: r.version for r in outstanding.resources})
-    rejected.update(dict.fromkeys(outstanding.removed, _REMOVED))
+    """The client rejected the response in flight: none of its versions is sent again.
+
+    A rejected heartbeat changes nothing the client is known to hold (it carried no body to
+    apply); only its TTLs were not restarted, which the next heartbeat does."""
     events.append(
         ResponseNacked(
             type_url=outstanding.type_url,
@@ -599,12 +600,20 @@ def _reject(
             error=error,
         )
     )
+    if outstanding.heartbeat:
+        return attrs.evolve(
+            state, outstanding=None, last_error=error, nacks=state.nacks + 1, synced=None
+        )
+    rejected = dict(state.rejected_versions)
+    rejected.update({r.name: r.version for r in outstanding.resources})
+    rejected.update(dict.fromkeys(outstanding.removed, _REMOVED))
     # Clients apply the valid part of a rejected response, so what it carried may now be
-    # held at a version the server does not know: if it goes away, say so.
+    # held at a version the server does not know, even where it knew the version before:
+    # if it goes away, say so; if it comes back at the version held before, send it.
     held_versions = dict(state.held_versions)
     for resource in outstanding.resources:
         if _wanted(state.subscription, resource.name, resource):
-            held_versions.setdefault(resource.name, _UNKNOWN)
+            held_versions[resource.name] = _UNKNOWN
     return attrs.evolve(
         state,
         outstanding=None,

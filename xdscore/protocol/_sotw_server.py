@@ -213,12 +213,15 @@ class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
                 assert request.error_detail is not None
                 state = attrs.evolve(
                     state,
-                    held_version=None,
-                    rejected_version=outstanding.version_info,
                     last_error=request.error_detail,
                     outstanding=None,
                     nacks=state.nacks + 1,
                 )
+                if not outstanding.heartbeat:
+                    # (A rejected heartbeat repeated what the client holds: it still does.)
+                    state = attrs.evolve(
+                        state, held_version=None, rejected_version=outstanding.version_info
+                    )
                 events.append(
                     ResponseNacked(
                         type_url=type_url,

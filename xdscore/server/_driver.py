@@ -326,6 +326,8 @@ class ServerDriver(Generic[_Request, _Response]):
         self._assumed = assumed_features
         self._authorize_resource = authorize_resource
         self._heartbeats = HeartbeatSchedule(heartbeat_fraction, quiet_heartbeats, time.monotonic)
+        self._beat_nonces: set[str] = set()
+        """The nonces of the heartbeats in flight."""
         self._requested = False
         """A request arrived since the write task last looked: answer it at once."""
         self._polled = (-1.0, -1.0)
@@ -420,7 +422,8 @@ class ServerDriver(Generic[_Request, _Response]):
         call_back(self._callbacks.on_request, self.info, request)
         if self._catch_up is not None:
             await self._wait_for_store(request)
-        for event in self.machine.receive(request):
+        events = self.machine.receive(request)
+        for event in events:
             if isinstance(event, NodeIdentified):
                 self.info.node = event.node
                 self.info.features = ClientFeatures.of(event.node, self._assumed)
@@ -433,7 +436,8 @@ class ServerDriver(Generic[_Request, _Response]):
             self._dispatch(event)
         if not self.synced:
             self._check_synced()
-        self._requested = True
+        if not self._answers_heartbeats(events):
+            self._requested = True  # answer at once, whatever is settling
         self._wake.set()
 
     async def _wait_for_store(self, request: Any) -> None:
@@ -465,6 +469,18 @@ class ServerDriver(Generic[_Request, _Response]):
             while more and not self._finished():
                 only, more = await self._next_round()
                 await self._push(only)
+
+    def _answers_heartbeats(self, events: Sequence[Event]) -> bool:
+        """Whether ``events`` are only the ACKs or NACKs of heartbeats: nothing to answer at
+        once (such a request must not push a burst of changes before it settles)."""
+        nonces = self._beat_nonces
+        answered = [e.nonce for e in events if isinstance(e, ResponseAcked | ResponseNacked)]
+        if not answered or len(answered) != len(events):
+            nonces.difference_update(answered)
+            return False
+        beats = all(nonce in nonces for nonce in answered)
+        nonces.difference_update(answered)
+        return beats
 
     async def _wait(self) -> None:
         """Until woken, or until the next heartbeat is due."""
@@ -511,8 +527,14 @@ class ServerDriver(Generic[_Request, _Response]):
             if fast_due and now >= pacer.settles(fast=True):
                 self._polled = (now, self._polled[1])
                 return pacer.fast_types, slow_due
+            if self._heartbeats.due():
+                # Heartbeats do not wait for a burst to settle: they send nothing it changed.
+                await self._push(())
+                continue
             ends = [pacer.settles(fast=True)] if fast_due else []
             ends += [pacer.settles(fast=False)] if slow_due else []
+            beat = self._heartbeats.wait()
+            ends += [now + beat] if beat is not None else []
             with anyio.move_on_after(min(ends) - now):
                 await self._wake.wait()
         self._requested = False
@@ -521,10 +543,14 @@ class ServerDriver(Generic[_Request, _Response]):
         return None, False
 
     async def _push(self, only: Collection[str] | None) -> None:
-        """Send what the machine says is due now (of ``only``, if given)."""
+        """Send what the machine says is due now (of ``only``, if given; ``()``: heartbeats
+        only, which leaves any cache change for the round that sends it)."""
         node = self.info.node
         started = time.monotonic()
-        changed, self._changed_at = self._changed_at, None
+        if only is not None and not only:
+            changed = None
+        else:
+            changed, self._changed_at = self._changed_at, None
         sent: set[str] = set()
         await self._slots.acquire(syncing=not self.synced)
         held = True
@@ -567,6 +593,8 @@ class ServerDriver(Generic[_Request, _Response]):
         metrics = self._metrics
         type_url, version, nonce = _identity(response)
         beats = _heartbeats(response)
+        if beats:
+            self._beat_nonces.add(nonce)
         # Before the write: the client's answer may be read before this task resumes. A
         # heartbeat carries no cache change: its type stays waiting for the one that does.
         since = None if beats else self._waiting.pop(type_url, changed)

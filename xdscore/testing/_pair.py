@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any, Generic, TypeVar
 
 import attrs
@@ -134,6 +134,14 @@ class _Pair(Generic[_Client, _Server, _Request, _Response]):
         self.sent.extend(out)
         return out
 
+    def heartbeat(self, quiet: Collection[tuple[str, str]] = ()) -> list[_Response]:
+        """The server sends the heartbeats due against the current view (as its runtime
+        would when the time comes; see ``heartbeat`` on the server machines)."""
+        out = [self._arrived(r) for r in self.server.heartbeat(self._view(), quiet=quiet)]
+        self.responses.extend(out)
+        self.sent.extend(out)
+        return out
+
     def deliver_response(self) -> _Request:
         """The client receives the oldest response in flight; its ACK/NACK goes on the wire."""
         request = self.client.receive(self.responses.popleft())  # type: ignore[arg-type]
@@ -204,11 +212,24 @@ class DeltaPair(_Pair[DeltaClient, DeltaServer, DeltaDiscoveryRequest, DeltaDisc
 
     def _record(self, response: SotwResponse | DeltaResponse) -> DeltaDiscoveryResponse:
         assert isinstance(response, DeltaResponse)
+        resources = response.resources
+        if response.heartbeat:  # names, versions and TTLs: what a heartbeat carries
+            resources = tuple(
+                Resource(
+                    type_url=r.type_url,
+                    name=r.name,
+                    body=b"",
+                    version=r.version,
+                    ttl=r.ttl,
+                    name_only=True,
+                )
+                for r in resources
+            )
         return DeltaDiscoveryResponse(
             type_url=response.type_url,
             system_version_info=response.system_version_info,
             nonce=response.nonce,
-            resources=response.resources,
+            resources=resources,
             removed_resources=response.removed,
             resource_errors=response.errors,
         )
