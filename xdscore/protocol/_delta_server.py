@@ -68,6 +68,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from types import MappingProxyType
 
 import attrs
 
@@ -79,7 +80,8 @@ from ._events import Event, ResponseAcked, ResponseNacked, StaleNonceSeen, Subsc
 from ._identity import resolve_type
 from ._limits import StreamLimits, check_names, check_subscribed, check_type_count
 from ._machine import ServerMachine
-from ._ordering import Holding, Plan, plan, warming
+from ._ordering import Holding, plan, warming
+from ._shared import SharedWork
 from ._state import Effect, Input, Phase, classify, step
 from ._subscription import EVERYTHING, NOTHING, WILDCARD, Subscription
 from ._view import ResourceView
@@ -88,6 +90,24 @@ __all__ = ["DeltaResponse", "DeltaServer", "DeltaTypeState"]
 
 _EMPTY: frozenset[str] = frozenset()
 _by_name = operator.attrgetter("name")
+_NO_VERSIONS: Mapping[str, str] = MappingProxyType({})
+_NO_RESOURCES: Mapping[str, Resource] = MappingProxyType({})
+_Answer = tuple[
+    tuple[Resource, ...],
+    tuple[str, ...],
+    Mapping[str, Resource],
+    Mapping[str, "str | None"],
+    tuple[Resource, ...],
+]
+"""Resources due and names to remove, in name order; resources found held; why names are
+absent; the resources due that are new or changed for the client (see
+``DeltaServer._answer``)."""
+_ANSWERS: SharedWork[_Answer] = SharedWork(16)
+"""What streams in the same state are due (see :mod:`._shared`)."""
+_ACCEPTED: SharedWork[tuple[Mapping[str, str], Mapping[str, Resource], Mapping[str, str]]] = (
+    SharedWork(16)
+)
+"""What streams in the same state hold after the same ACK."""
 _REMOVED = ""
 """The version recorded in ``rejected_versions`` for a removal the client NACKed."""
 _UNKNOWN = ""
@@ -118,10 +138,10 @@ class DeltaTypeState:
 
     subscription: Subscription
     phase: Phase = Phase.REQUESTED
-    held_versions: Mapping[str, str] = attrs.field(factory=dict)
-    held: Mapping[str, Resource] = attrs.field(factory=dict)
+    held_versions: Mapping[str, str] = _NO_VERSIONS
+    held: Mapping[str, Resource] = _NO_RESOURCES
     owed: frozenset[str] = _EMPTY
-    rejected_versions: Mapping[str, str] = attrs.field(factory=dict)
+    rejected_versions: Mapping[str, str] = _NO_VERSIONS
     last_error: ErrorDetail | None = None
     latest_nonce: str = ""
     answered: bool = False
@@ -282,7 +302,8 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
             subscribe, request.resource_names_unsubscribe, wildcard_capable=info.wildcard_capable
         )
         check_subscribed(len(subscription.names), self._limits)
-        held_versions = dict(request.initial_resource_versions)
+        initial = request.initial_resource_versions
+        held_versions = dict(initial) if initial else _NO_VERSIONS
         owed = frozenset(subscribe) - {WILDCARD} - held_versions.keys()
         if held_versions:
             # A reconnecting client's versions say what it holds of its collections too.
@@ -327,24 +348,75 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
         resources = view.resources(type_url)
         if resources is None or (state.synced is resources and not state.owed):
             return None
-        aliased = type_info(type_url).aliased
-        due: dict[str, Resource] = {}
-        removed: list[str] = []
-        recognised: dict[str, Resource] = {}
-        changed = None
-        if state.synced is not None:
-            changed = view.changed_since(type_url, state.synced)
         collections = subscription.collections
         members = _members(view, type_url) if collections else {}
         owing, empty = _owing(state.owed, collections, members)
         if owing is not state.owed:
             state = attrs.evolve(state, owed=owing)
-        removed += empty
+        # Streams in the same state (the same objects) get the same answer: worked out once.
+        shareable = self._deny is None and not empty
+        key = (
+            resources,
+            state.synced,
+            state.held_versions,
+            state.held,
+            state.rejected_versions,
+            subscription,
+        )
+        extra = (type_url, frozenset(owing))
+        answer = _ANSWERS.get(key, extra) if shareable else None
+        if answer is None:
+            answer = self._answer(type_url, state, owing, view, resources, members, empty)
+            if shareable:
+                _ANSWERS.put(key, extra, answer)
+        sending, removed, recognised, absent, changed = answer
+        if recognised:
+            state = attrs.evolve(state, held={**state.held, **recognised})
+            self._types[type_url] = state
+        deferred: frozenset[str] = _EMPTY
+        if self._ordered and (removed or any(r.references for r in changed)):
+            decided = plan(type_url, changed, removed, self.holdings(), view)
+            deferred = decided.deferred
+            if deferred:
+                sending = tuple(r for r in sending if r.name not in decided.wait)
+                removed = tuple(name for name in removed if name not in decided.keep)
+        synced = None if deferred else resources
+        if not sending and not removed and (state.answered or deferred or subscription.empty):
+            self._types[type_url] = attrs.evolve(state, synced=synced, owed=state.owed & deferred)
+            return None
+        errors = self._resource_errors(
+            {name: absent[name] for name in removed if name in absent}, subscription
+        )
+        return self._send(
+            type_url, state, sending, removed, view, synced=synced, owed=deferred, errors=errors
+        )
+
+    def _answer(
+        self,
+        type_url: str,
+        state: DeltaTypeState,
+        owing: frozenset[str],
+        view: ResourceView,
+        resources: Mapping[str, Resource],
+        members: Mapping[str, tuple[str, ...]],
+        empty: Iterable[str],
+    ) -> _Answer:
+        """What is due to a stream in ``state``: resources to send and names to remove (each
+        in name order), resources found held at their version, and why names are absent."""
+        subscription = state.subscription
+        aliased = type_info(type_url).aliased
+        collections = subscription.collections
+        changed = None
+        if state.synced is not None:
+            changed = view.changed_since(type_url, state.synced)
         names = (
             self._candidates(state, owing, resources, members)
             if changed is None
             else _unique(owing, changed)
         )
+        due: dict[str, Resource] = {}
+        removed: list[str] = list(empty)
+        recognised: dict[str, Resource] = {}
         absent: dict[str, str | None] = {}
         deny = self._deny
         # Locals: this loop runs once per changed name per stream.
@@ -379,35 +451,22 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
                     due[key] = resource
             elif owed or (name in held_versions and rejected.get(name) != _REMOVED):
                 removed.append(name)
-        sending = list(due.values())
-        removed = [name for name in removed if name not in due]
-        if recognised:
-            state = attrs.evolve(state, held={**state.held, **recognised})
-            self._types[type_url] = state
-        deferred: frozenset[str] = _EMPTY
-        if self._ordered and (sending or removed):
-            decided = self._make_before_break(type_url, state, sending, removed, view)
-            deferred = decided.deferred
-            if deferred:
-                sending = [r for r in sending if r.name not in decided.wait]
-                removed = [name for name in removed if name not in decided.keep]
-        synced = None if deferred else resources
-        if not sending and not removed and (state.answered or deferred or subscription.empty):
-            self._types[type_url] = attrs.evolve(state, synced=synced, owed=state.owed & deferred)
-            return None
-        errors = self._resource_errors(
-            {name: absent[name] for name in removed if name in absent}, subscription
-        )
-        return self._send(
-            type_url, state, sending, removed, view, synced=synced, owed=deferred, errors=errors
+        sending = tuple(sorted(due.values(), key=_by_name))
+        return (
+            sending,
+            tuple(sorted(name for name in removed if name not in due)),
+            recognised,
+            absent,
+            # What make-before-break looks at: what is new or changed for the client.
+            tuple(r for r in sending if held_versions.get(r.name) != r.version),
         )
 
     def _send(
         self,
         type_url: str,
         state: DeltaTypeState,
-        sending: list[Resource],
-        removed: list[str],
+        sending: tuple[Resource, ...],
+        removed: tuple[str, ...],
         view: ResourceView,
         *,
         synced: Mapping[str, Resource] | None,
@@ -415,15 +474,16 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
         heartbeat: bool = False,
         errors: tuple[ResourceError, ...] = (),
     ) -> DeltaResponse:
-        """Put ``sending`` and ``removed`` in flight; ``owed`` stays owed (deferred names)."""
+        """Put ``sending`` and ``removed`` (each in name order) in flight; ``owed`` stays owed
+        (deferred names)."""
         everything = view.select(type_url, EVERYTHING)
         move = step("delta", type_url, state.phase, Input.RESPOND)
         response = DeltaResponse(
             type_url=type_url,
             nonce=self._nonce_source(),
             system_version_info=everything.version if everything is not None else "",
-            resources=tuple(sorted(sending, key=_by_name)),
-            removed=tuple(sorted(removed)),
+            resources=sending,
+            removed=removed,
             ttl=self.features.ttl,
             heartbeat=heartbeat,
             errors=errors,
@@ -467,8 +527,8 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
         return self._send(
             type_url,
             state,
-            beating,
-            [],
+            tuple(sorted(beating, key=_by_name)),
+            (),
             view,
             synced=state.synced,
             owed=state.owed,
@@ -514,18 +574,6 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
             synced=None,
         )
 
-    def _make_before_break(
-        self,
-        type_url: str,
-        state: DeltaTypeState,
-        sending: list[Resource],
-        removed: list[str],
-        view: ResourceView,
-    ) -> Plan:
-        """What of ``sending`` and ``removed`` must wait (see :mod:`._ordering`)."""
-        changed = [r for r in sending if state.held_versions.get(r.name) != r.version]
-        return plan(type_url, changed, removed, self.holdings(), view)
-
     def _owe_warming(self, type_url: str, sent: Iterable[Resource]) -> None:
         warm = warming(type_url, sent)
         if warm is None:
@@ -546,10 +594,11 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
             self._types[target] = attrs.evolve(waiting, owed=waiting.owed | owed)
 
 
-def _accept(
-    state: DeltaTypeState, outstanding: DeltaResponse, events: list[Event]
-) -> DeltaTypeState:
-    """The client applied the response in flight: it now holds what it carried."""
+def _applied(
+    state: DeltaTypeState, outstanding: DeltaResponse
+) -> tuple[Mapping[str, str], Mapping[str, Resource], Mapping[str, str]]:
+    """The holdings of ``state`` once ``outstanding`` is applied (new mappings: holdings
+    are shared between streams and never changed in place)."""
     held_versions = dict(state.held_versions)
     held = dict(state.held)
     rejected = dict(state.rejected_versions)
@@ -567,6 +616,25 @@ def _accept(
         held_versions.pop(name, None)
         held.pop(name, None)
         rejected.pop(name, None)
+    return held_versions, held, rejected
+
+
+def _accept(
+    state: DeltaTypeState, outstanding: DeltaResponse, events: list[Event]
+) -> DeltaTypeState:
+    """The client applied the response in flight: it now holds what it carried."""
+    key = (
+        state.held_versions,
+        state.held,
+        state.rejected_versions,
+        outstanding.resources,
+        outstanding.removed,
+        state.subscription,
+    )
+    holdings = _ACCEPTED.get(key, None)
+    if holdings is None:
+        holdings = _ACCEPTED.put(key, None, _applied(state, outstanding))
+    held_versions, held, rejected = holdings
     events.append(
         ResponseAcked(
             type_url=outstanding.type_url,
