@@ -7,10 +7,13 @@ every answer must be what a stream alone would get.
 
 from __future__ import annotations
 
+import gc
+
 from xdscore import LinearCache
 from xdscore.builders import load_assignment
 from xdscore.protocol import DeltaServer
 from xdscore.protocol import _delta_server as delta
+from xdscore.protocol._shared import SharedWork
 from xdscore.wire._typeurls import ENDPOINT
 
 from ._delta import ack, nack, sent, sent_versions, start, stream
@@ -74,3 +77,28 @@ def test_a_stream_in_another_state_gets_its_own_answer() -> None:
     start(alone, ENDPOINT, names)
     nack(alone, alone.poll(_cache(8100).view(None))[0])
     assert sent(alone.poll(view)[0]) == sent(after_nack)
+
+
+class _Weak(dict[str, str]):
+    __slots__ = ("__weakref__",)
+
+
+def test_an_entry_goes_when_an_object_of_its_key_goes() -> None:
+    work: SharedWork[str] = SharedWork(4)
+    held, kept = _Weak(a="1"), ("not", "weak")
+    work.put((held, kept), "t", "answer")
+    assert work.get((held, kept), "t") == "answer"
+    assert work.get((held, kept), "other") is None
+    del held
+    gc.collect()
+    assert len(work) == 0  # nothing of an earlier generation is kept alive by the memo
+
+
+def test_the_oldest_entries_go_past_the_limit() -> None:
+    work: SharedWork[int] = SharedWork(2)
+    keys = [(_Weak(n=str(n)),) for n in range(3)]
+    for n, key in enumerate(keys):
+        work.put(key, None, n)
+    assert len(work) == 2
+    assert work.get(keys[0], None) is None
+    assert work.get(keys[2], None) == 2

@@ -67,8 +67,10 @@ instead, since Envoy takes a body-less VHDS entry for an unresolved alias, not a
 from __future__ import annotations
 
 import operator
+import weakref
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from types import MappingProxyType
+from typing import Any, TypeVar
 
 import attrs
 
@@ -90,6 +92,7 @@ __all__ = ["DeltaResponse", "DeltaServer", "DeltaTypeState"]
 
 _EMPTY: frozenset[str] = frozenset()
 _by_name = operator.attrgetter("name")
+_V = TypeVar("_V")
 _NO_VERSIONS: Mapping[str, str] = MappingProxyType({})
 _NO_RESOURCES: Mapping[str, Resource] = MappingProxyType({})
 _Answer = tuple[
@@ -104,9 +107,8 @@ absent; the resources due that are new or changed for the client (see
 ``DeltaServer._answer``)."""
 _ANSWERS: SharedWork[_Answer] = SharedWork(16)
 """What streams in the same state are due (see :mod:`._shared`)."""
-_ACCEPTED: SharedWork[tuple[Mapping[str, str], Mapping[str, Resource], Mapping[str, str]]] = (
-    SharedWork(16)
-)
+_Applied = tuple["_Holdings[str]", "_Holdings[Resource]", "_Holdings[str]"]
+_ACCEPTED: SharedWork[tuple[weakref.ref[Any], ...]] = SharedWork(16)
 """What streams in the same state hold after the same ACK."""
 _REMOVED = ""
 """The version recorded in ``rejected_versions`` for a removal the client NACKed."""
@@ -594,14 +596,25 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
             self._types[target] = attrs.evolve(waiting, owed=waiting.owed | owed)
 
 
-def _applied(
-    state: DeltaTypeState, outstanding: DeltaResponse
-) -> tuple[Mapping[str, str], Mapping[str, Resource], Mapping[str, str]]:
+class _Holdings(dict[str, _V]):
+    """Holdings that shared work may refer to weakly (see :mod:`._shared`)."""
+
+    __slots__ = ("__weakref__",)
+
+
+def _alive(refs: tuple[weakref.ref[Any], ...]) -> _Applied | None:
+    held_versions, held, rejected = (ref() for ref in refs)
+    if held_versions is None or held is None or rejected is None:
+        return None
+    return held_versions, held, rejected
+
+
+def _applied(state: DeltaTypeState, outstanding: DeltaResponse) -> _Applied:
     """The holdings of ``state`` once ``outstanding`` is applied (new mappings: holdings
     are shared between streams and never changed in place)."""
-    held_versions = dict(state.held_versions)
-    held = dict(state.held)
-    rejected = dict(state.rejected_versions)
+    held_versions = _Holdings(state.held_versions)
+    held = _Holdings(state.held)
+    rejected = _Holdings(state.rejected_versions)
     subscription = state.subscription
     wildcard, subscribed = subscription.wildcard, subscription.names
     for resource in outstanding.resources:
@@ -631,9 +644,13 @@ def _accept(
         outstanding.removed,
         state.subscription,
     )
-    holdings = _ACCEPTED.get(key, None)
+    shared = _ACCEPTED.get(key, None)
+    holdings = None if shared is None else _alive(shared)
     if holdings is None:
-        holdings = _ACCEPTED.put(key, None, _applied(state, outstanding))
+        holdings = _applied(state, outstanding)
+        # Weakly: holdings no stream holds any more are no use to share, and an entry
+        # holding them would keep the entry they are the key of alive, and so on back.
+        _ACCEPTED.put(key, None, tuple(weakref.ref(each) for each in holdings))
     held_versions, held, rejected = holdings
     events.append(
         ResponseAcked(

@@ -6,16 +6,19 @@ answer, and on its ACK build the same new holdings. The machines are pure functi
 their state, so when two streams' states are made of the very same objects (the view's
 mappings, the holdings, the interned subscription), the answer computed for one is the
 answer for the other. :class:`SharedWork` keeps the last few such answers, keyed by the
-identity of the objects they were computed from; each entry keeps those objects alive, so
-an identity cannot be reused by another object while the entry exists. Holdings shared this
-way are never modified in place (the machines replace them), which is what makes sharing
-them safe. A stream whose state differs (a reconnect's versions, a NACK) simply misses.
+identity of the objects they were computed from. An entry refers to those objects weakly
+where they allow it, and goes when one of them goes (so an entry never keeps an earlier
+generation of a cache alive, and an identity cannot be reused while its entry exists);
+objects that take no weak reference are kept alive by the entry instead. Holdings shared
+this way are never modified in place (the machines replace them), which is what makes
+sharing them safe. A stream whose state differs (a reconnect's versions, a NACK) misses.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
 __all__ = ["SharedWork"]
@@ -24,7 +27,8 @@ _Value = TypeVar("_Value")
 
 
 class SharedWork(Generic[_Value]):
-    """The last ``limit`` answers, by the identity of ``objects`` and the value of ``extra``."""
+    """The last ``limit`` answers kept, by the identity of ``objects`` and the value of
+    ``extra``."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
@@ -44,11 +48,30 @@ class SharedWork(Generic[_Value]):
     def put(self, objects: tuple[object, ...], extra: Hashable, value: _Value) -> _Value:
         """Keep ``value`` as the answer for ``objects`` and ``extra``; returns it."""
         key = (tuple(map(id, objects)), extra)
-        self._entries[key] = (objects, value)
+        forget = self._forgetting(key)
+        self._entries[key] = (tuple(_hold(each, forget) for each in objects), value)
         self._entries.move_to_end(key)
         if len(self._entries) > self.limit:
             self._entries.popitem(last=False)
         return value
 
-    def clear(self) -> None:
-        self._entries.clear()
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def _forgetting(self, key: Hashable) -> Callable[[object], None]:
+        entries = weakref.ref(self._entries)
+
+        def forget(_: object) -> None:
+            alive = entries()
+            if alive is not None:
+                alive.pop(key, None)
+
+        return forget
+
+
+def _hold(each: object, forget: Callable[[object], None]) -> object:
+    """A weak reference to ``each`` that forgets the entry when it goes, or ``each``."""
+    try:
+        return weakref.ref(each, forget)
+    except TypeError:
+        return each
