@@ -19,7 +19,8 @@ XDS004  WARNING   Unreferenced: a route configuration no listener or scoped rout
                   listeners and every other type are roots and never unreferenced.
 XDS005  INFO      Per-request cluster: a route picks its cluster per request (``cluster_header``,
                   a cluster specifier plugin), so where it goes cannot be checked statically.
-XDS006  WARNING   Empty endpoints: an EDS cluster's endpoints exist but hold no endpoint.
+XDS006  WARNING   Empty endpoints: an EDS cluster's endpoints exist but hold no endpoint (nor
+                  does any LEDS collection they name, when LEDS endpoints are present).
 XDS007  ERROR     Name mismatch: the resource is served under one name while its message is
                   named another (``name``, or ``cluster_name`` for endpoints).
 XDS008  ERROR     Duplicate domain: a route configuration lists one domain (case-insensitively)
@@ -74,6 +75,7 @@ from .cache._snapshot import Snapshot
 from .cache._snapshot_cache import SnapshotCache, same_for_all
 from .wire._constraints import violations
 from .wire._messages import message_class, resource_name
+from .wire._names import canonical_name, collection_of
 from .wire._records import Node
 from .wire._references import unresolvable
 from .wire._resource import Resource
@@ -542,14 +544,22 @@ class _Analysis:
         assignment = self.messages.get((ENDPOINT, name))
         if not isinstance(assignment, endpoint_pb2.ClusterLoadAssignment):
             return
-        if any(
-            group.lb_endpoints or group.HasField("leds_cluster_locality_config")
-            for group in assignment.endpoints
-        ):
+        if any(group.lb_endpoints for group in assignment.endpoints):
             return
+        collections = sorted(
+            canonical_name(group.leds_cluster_locality_config.leds_collection_name)
+            for group in assignment.endpoints
+            if group.HasField("leds_cluster_locality_config")
+        )
+        if collections:
+            if LBENDPOINT not in self.present or not self._leds_empty(collections):
+                return
+            lists = f"whose LEDS collections ({', '.join(collections)}) hold no endpoint"
+        else:
+            lists = "which lists none"
         self._add(
             EMPTY_ENDPOINTS,
-            f"cluster {resource.name!r} takes its endpoints from {name!r}, which lists none: "
+            f"cluster {resource.name!r} takes its endpoints from {name!r}, {lists}: "
             "every request to it fails with no healthy upstream",
             resource,
             where,
@@ -598,6 +608,11 @@ class _Analysis:
                     where,
                     f"endpoints[{index}].load_balancing_weight",
                 )
+
+    def _leds_empty(self, collections: Iterable[str]) -> bool:
+        """Whether no LEDS endpoint given is in any of ``collections``."""
+        held = {collection_of(name) for type_url, name in self.first if type_url == LBENDPOINT}
+        return held.isdisjoint(collections)
 
     def _unreferenced(self, referenced: set[tuple[str, str]]) -> None:
         for key, (where, resource) in self.first.items():

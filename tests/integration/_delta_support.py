@@ -5,13 +5,14 @@ callback log itself are in ``_envoy_support``)."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from xdscore import Resource, make_resource
 from xdscore import builders as b
 from xdscore.protocol import DeltaDiscoveryRequest, DeltaResponse
-from xdscore.testing import Envoy
+from xdscore.testing import Envoy, EnvoyError
 
 from ..factories import short
 from ._envoy_support import ALL_TYPES, CallbackLog
@@ -21,6 +22,7 @@ __all__ = [
     "cluster_hosts",
     "dynamic_clusters",
     "resources",
+    "stats_reached",
 ]
 
 
@@ -116,6 +118,23 @@ async def cluster_hosts(envoy: Envoy) -> dict[str, set[tuple[str, int]]]:
             address = host["address"]["socket_address"]
             found.add((address["address"], int(address["port_value"])))
     return hosts
+
+
+async def stats_reached(
+    envoy: Envoy, recorder: DeltaRecorder, wanted: Mapping[str, int], *, since: float
+) -> float:
+    """Seconds from ``since`` (monotonic) until Envoy's stats hold ``wanted``; fails with the
+    server's log after 10 s."""
+
+    async def reached() -> bool:
+        stats = await envoy.stats()
+        return all(stats.get(name) == value for name, value in wanted.items())
+
+    try:
+        await envoy.wait_for(reached, timeout=10, interval=0.02)
+    except EnvoyError as exc:
+        raise AssertionError(f"{exc}\n{recorder.dump()}") from None
+    return time.monotonic() - since
 
 
 def dynamic_clusters(dump: Mapping[str, Any]) -> set[str]:

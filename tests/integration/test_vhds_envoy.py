@@ -4,16 +4,22 @@ Envoy's route configuration ``route_0`` has no virtual hosts of its own and take
 VHDS over ADS; the ``envoy.filters.http.on_demand`` filter asks for ``route_0/<host>`` when
 a request's host matches none. What Envoy does, as these tests see it:
 
-* its first VHDS request names nothing (it subscribes to the namespace ``route_0``) and its
-  listener waits for an answer (15 s, the initial fetch timeout, without one);
+* its first VHDS request names nothing: it watches the namespace ``route_0`` (every virtual
+  host named ``route_0/...``), and its listener waits (15 s, the initial fetch timeout) until
+  an answer reaches that watch. The server answers with the virtual hosts of the namespaces
+  of the route configurations with VHDS it sent on the stream, or, for an empty namespace,
+  with ``route_0/*`` in ``removed_resources``; an empty response would reach no watch;
 * a request for a host it lacks is paused while it subscribes to ``route_0/<host>``; it
   resumes when a response carries an entry with that alias: a virtual host (the request is
   routed) or, for a host the server does not know, a body-less entry (404);
-* a virtual host added to the cache later is pushed to an Envoy that asked for its alias.
+* virtual hosts added to or removed from the namespace later are pushed to Envoy;
+* after a reconnect its first VHDS request subscribes to ``*`` and the aliases it asked for,
+  listing what it holds.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
@@ -39,9 +45,10 @@ from xdscore import (
     same_for_all,
 )
 from xdscore import builders as b
-from xdscore.testing import Envoy, EnvoyError, HttpBackend, envoy_bootstrap, free_port
+from xdscore.testing import Envoy, HttpBackend, envoy_bootstrap, free_port
 
-from ._delta_support import DeltaRecorder
+from ._delta_support import DeltaRecorder, stats_reached
+from .test_envoy_delta import serving
 from .test_scopes_envoy import _get as get
 
 pytestmark = [pytest.mark.anyio, pytest.mark.envoy, pytest.mark.timeout(60)]
@@ -71,13 +78,13 @@ def vhds_routes() -> route_pb2.RouteConfiguration:
     return config
 
 
-def virtual_host(host: str, cluster: str) -> Resource:
-    """VHDS resource ``route_0/<host>`` for the one domain ``host``, aliased as Envoy asks."""
-    vhost = route_components_pb2.VirtualHost(name=f"route_0/{host}", domains=[host])
-    route = vhost.routes.add()
-    route.match.prefix = "/"
-    route.route.cluster = cluster
-    return make_resource(vhost, aliases=(f"route_0/{host}",))
+def virtual_host(host: str, cluster: str, route: str = "route_0") -> Resource:
+    """VHDS resource ``<route>/<host>`` for the one domain ``host``, aliased as Envoy asks."""
+    vhost = route_components_pb2.VirtualHost(name=f"{route}/{host}", domains=[host])
+    action = vhost.routes.add()
+    action.match.prefix = "/"
+    action.route.cluster = cluster
+    return make_resource(vhost, aliases=(f"{route}/{host}",))
 
 
 async def timed_get(port: int, host: str) -> tuple[int, str, float]:
@@ -94,24 +101,12 @@ def vhds_sent(recorder: DeltaRecorder, since: int = 0) -> list[tuple[list[str], 
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Envoy's VHDS watch is by namespace (route_0): an empty response reaches only "
-    "wildcard watches, so the listener waits out the 15 s initial fetch timeout until the "
-    "first VHDS response carries a virtual host (or a removal) in the namespace route_0; the "
-    "server does not yet derive that namespace from the route configurations it sent",
-)
-async def test_listener_with_on_demand_virtual_hosts_is_ready_within_a_second() -> None:
-    await on_demand_virtual_hosts(ready_within=1.0)
-
-
-async def test_unknown_host_404_and_hosts_fetched_and_added_on_demand() -> None:
-    """Everything after the listener is up (today, after Envoy's 15 s initial fetch timeout
-    for VHDS: see the xfail above)."""
-    await on_demand_virtual_hosts(ready_within=20.0)
-
-
-async def on_demand_virtual_hosts(*, ready_within: float) -> None:
+@pytest.mark.parametrize("first_hosts", [("a.example",), ()], ids=["one_host", "no_host"])
+async def test_listener_with_on_demand_virtual_hosts_is_ready_within_a_second(
+    first_hosts: tuple[str, ...],
+) -> None:
+    """The listener is up in under a second, whether or not ``route_0``'s namespace has
+    virtual hosts; then unknown hosts get a 404 at once and hosts added later are served."""
     recorder = DeltaRecorder()
     with HttpBackend("hello-A") as a, HttpBackend("hello-B") as b_backend:
         listener_port = free_port()
@@ -122,9 +117,11 @@ async def on_demand_virtual_hosts(*, ready_within: float) -> None:
             make_resource(b.load_assignment("b", [(LOOPBACK, b_backend.port)])),
             make_resource(on_demand_listener(listener_port)),
             make_resource(vhds_routes()),
+            virtual_host("other.example", "a", route="route_1"),
         ]
+        hosts = [virtual_host(host, "a") for host in first_hosts]
         cache = SnapshotCache(group=same_for_all)
-        cache.set_snapshot(None, Snapshot([*base, virtual_host("a.example", "a")]))
+        cache.set_snapshot(None, Snapshot([*base, *hosts], types=[VIRTUAL_HOST]))
         transport = GrpclibTransport(XdsServer(cache, callbacks=recorder))
         await transport.start(port=0)
         try:
@@ -132,28 +129,24 @@ async def on_demand_virtual_hosts(*, ready_within: float) -> None:
             bootstrap = envoy_bootstrap(xds_port=transport.port, delta=True)
             started = time.monotonic()
             async with Envoy(bootstrap) as envoy:
-
-                async def listener_active() -> bool:
-                    stats = await envoy.stats()
-                    return stats.get("listener_manager.total_listeners_active") == 1
-
-                try:
-                    await envoy.wait_for(listener_active, timeout=ready_within, interval=0.02)
-                except EnvoyError as exc:
-                    raise AssertionError(f"{exc}\n{recorder.dump()}") from None
-                ready = time.monotonic() - started
+                ready = await stats_reached(
+                    envoy, recorder, {"listener_manager.total_listeners_active": 1}, since=started
+                )
                 log = recorder.dump()
 
-                # Envoy's first VHDS request names nothing, and gets no answer: an empty one
-                # would not end its wait (see the xfail for why the listener still waits).
+                # Envoy's first VHDS request names nothing (it watches the namespace route_0);
+                # the answer carries the namespace's virtual hosts, or, with none, the
+                # namespace's own name removed: either reaches the watch and ends its wait.
                 first = recorder.requests(VIRTUAL_HOST)[0]
                 assert list(first.resource_names_subscribe) == [], log
                 assert not first.response_nonce, log
-                assert vhds_sent(recorder) == [], log
-                assert ready < ready_within, f"listener ready after {ready:.2f} s\n{log}"
+                expected = [([h.name for h in hosts], [])] if hosts else [([], ["route_0/*"])]
+                assert vhds_sent(recorder) == expected, log
+                assert ready < 1.0, f"listener ready after {ready:.2f} s\n{log}"
                 assert recorder.nacks() == [], log
                 assert recorder.latest_acked(LISTENER), log
                 assert recorder.latest_acked(ROUTE), log
+                assert recorder.latest_acked(VIRTUAL_HOST), log
 
                 # A host nobody serves: Envoy asks for route_0/nope.example, gets the
                 # alias-only entry, and answers 404 at once.
@@ -170,60 +163,116 @@ async def on_demand_virtual_hosts(*, ready_within: float) -> None:
                     r for s in recorder.responses(VIRTUAL_HOST, since=mark) for r in s.resources
                 ]
                 assert sent == [Resource.unresolved(VIRTUAL_HOST, "route_0/nope.example")], log
-                assert recorder.nacks() == [], log
 
-                # A host the cache has: fetched on demand on its first request, then routed.
+                # A host of another route configuration's namespace is not Envoy's.
                 mark = recorder.mark()
-                status, body, took = await timed_get(listener_port, "a.example")
-                assert (status, body) == (200, "hello-A"), recorder.dump(mark)
-                assert took < 1.0, f"a.example after {took:.2f} s\n{recorder.dump(mark)}"
-                assert vhds_sent(recorder, mark) == [(["route_0/a.example"], [])], recorder.dump(
-                    mark
-                )
+                status, _, took = await timed_get(listener_port, "other.example")
+                assert status == 404, recorder.dump(mark)
+                assert "route_1/other.example" not in [
+                    r.name for s in recorder.responses(VIRTUAL_HOST) for r in s.resources
+                ], recorder.dump(mark)
 
-                # A host first unknown (404), then added to the cache: pushed to Envoy, which
-                # asked for its alias, and served from then on.
+                # a.example: sent in the first answer (routed with no VHDS traffic), or added
+                # to the namespace now (pushed, then routed).
+                mark = recorder.mark()
+                if not hosts:
+                    hosts = [virtual_host("a.example", "a")]
+                    cache.set_snapshot(None, Snapshot([*base, *hosts]))
+                await serves(envoy, listener_port, "a.example", "hello-A")
+                pushed = [] if first_hosts else [(["route_0/a.example"], [])]
+                assert vhds_sent(recorder, mark) == pushed, recorder.dump(mark)
+
+                # A host first unknown (404), then added to the cache: pushed to Envoy (in
+                # its namespace, and asked for by alias) and served from then on.
                 status, _, took = await timed_get(listener_port, "later.example")
                 assert status == 404, recorder.dump(mark)
                 assert took < 1.0, f"404 after {took:.2f} s\n{recorder.dump(mark)}"
                 mark = recorder.mark()
-                cache.set_snapshot(
-                    None,
-                    Snapshot(
-                        [*base, virtual_host("a.example", "a"), virtual_host("later.example", "b")]
-                    ),
-                )
-                added = time.monotonic()
-
-                async def later_served() -> bool:
-                    return await get(listener_port, "later.example") == (200, "hello-B")
-
-                await envoy.wait_for(later_served, timeout=10, interval=0.05)
-                took = time.monotonic() - added
+                hosts.append(virtual_host("later.example", "b"))
+                cache.set_snapshot(None, Snapshot([*base, *hosts]))
+                took = await serves(envoy, listener_port, "later.example", "hello-B")
                 log = recorder.dump(mark)
                 assert took < 1.0, f"later.example served after {took:.2f} s\n{log}"
                 assert vhds_sent(recorder, mark) == [(["route_0/later.example"], [])], log
                 assert recorder.latest_acked(VIRTUAL_HOST), log
 
-                # A host added while nobody asked for it reaches Envoy on its first request.
+                # A host removed from the namespace is removed from Envoy: 404 again.
                 mark = recorder.mark()
-                cache.set_snapshot(
-                    None,
-                    Snapshot(
-                        [
-                            *base,
-                            virtual_host("a.example", "a"),
-                            virtual_host("later.example", "b"),
-                            virtual_host("fresh.example", "b"),
-                        ]
-                    ),
-                )
-                status, body, took = await timed_get(listener_port, "fresh.example")
+                hosts.pop()
+                cache.set_snapshot(None, Snapshot([*base, *hosts]))
+
+                async def later_gone() -> bool:
+                    return (await get(listener_port, "later.example"))[0] == 404
+
+                await envoy.wait_for(later_gone, timeout=5, interval=0.05)
                 log = recorder.dump(mark)
-                assert (status, body) == (200, "hello-B"), log
-                assert took < 1.0, f"fresh.example after {took:.2f} s\n{log}"
-                assert vhds_sent(recorder, mark) == [(["route_0/fresh.example"], [])], log
+                assert vhds_sent(recorder, mark) == [([], ["route_0/later.example"])], log
                 assert recorder.nacks() == [], recorder.dump()
         finally:
             with anyio.CancelScope(shield=True):
                 await transport.stop()
+
+
+async def serves(envoy: Envoy, port: int, host: str, body: str) -> float:
+    """Seconds until GET through Envoy with ``host`` answers 200 with ``body``."""
+    start = time.monotonic()
+
+    async def served() -> bool:
+        return await get(port, host) == (200, body)
+
+    await envoy.wait_for(served, timeout=10, interval=0.05)
+    return time.monotonic() - start
+
+
+async def test_virtual_hosts_survive_a_control_plane_restart() -> None:
+    """After a reconnect Envoy's first VHDS request lists the hosts it holds and subscribes to
+    the alias it asked for on demand and to ``*``: its namespace watch, in wildcard form (the
+    first stream's first request named nothing). The new stream removes and resends none of
+    the hosts Envoy holds; the wildcard makes it send the host of another namespace, which
+    Envoy's namespace watch then ignores."""
+    before, after = DeltaRecorder(), DeltaRecorder()
+    with HttpBackend("hello-A") as a:
+        listener_port, xds_port = free_port(), free_port()
+        hosts = [virtual_host("a.example", "a")]
+        snapshot = Snapshot(
+            [
+                make_resource(b.eds_cluster("a")),
+                make_resource(b.load_assignment("a", [(LOOPBACK, a.port)])),
+                make_resource(on_demand_listener(listener_port)),
+                make_resource(vhds_routes()),
+                virtual_host("other.example", "a", route="route_1"),
+                *hosts,
+            ]
+        )
+        cache = SnapshotCache(group=same_for_all)
+        cache.set_snapshot(None, snapshot)
+        plane = contextlib.AsyncExitStack()
+        await plane.enter_async_context(serving(cache, before, xds_port))
+        async with plane, Envoy(envoy_bootstrap(xds_port=xds_port, delta=True)) as envoy:
+            await stats_reached(
+                envoy,
+                before,
+                {"listener_manager.total_listeners_active": 1},
+                since=time.monotonic(),
+            )
+            assert (await timed_get(listener_port, "nope.example"))[0] == 404
+            await serves(envoy, listener_port, "a.example", "hello-A")
+            await plane.aclose()  # the first control plane goes away
+            async with serving(cache, after, xds_port):
+
+                def reconnected() -> bool:
+                    return bool(after.requests(VIRTUAL_HOST))
+
+                await envoy.wait_for(reconnected, timeout=30, interval=0.05)
+                await anyio.sleep(0.5)  # let anything due on the new stream go out
+                log = after.dump()
+                first = after.requests(VIRTUAL_HOST)[0]
+                assert sorted(first.initial_resource_versions) == [
+                    "route_0/a.example",
+                    "route_0/nope.example",
+                ], log
+                assert sorted(first.resource_names_subscribe) == ["*", "route_0/nope.example"], log
+                assert vhds_sent(after) == [(["route_1/other.example"], [])], log
+                assert (await timed_get(listener_port, "other.example"))[0] == 404
+                assert (await timed_get(listener_port, "a.example"))[:2] == (200, "hello-A")
+                assert after.nacks() == [], log

@@ -10,7 +10,7 @@ import attrs
 from hypothesis import Phase, settings
 from hypothesis import strategies as st
 
-from xdscore import CLUSTER, ENDPOINT, ROUTE, Resource
+from xdscore import CLUSTER, ENDPOINT, LISTENER, ROUTE, Resource, Snapshot
 from xdscore.protocol import WILDCARD, Subscription
 from xdscore.testing.strategies import CONFIG_TYPES, EnvoyConfig, resource_names
 from xdscore.wire import make_node, type_info
@@ -120,3 +120,28 @@ def resumable(type_url: str, want: Want) -> bool:
     watched with the legacy wildcard: that client never narrowed what it watches, so an
     accepted version is everything it holds."""
     return type_info(type_url).sotw_full_state and want.legacy
+
+
+TTL_TYPES = frozenset({CLUSTER, ENDPOINT, LISTENER})
+"""The types whose resources the TTL property machines give a TTL (two full-state types, one
+per-resource type; routes and the unregistered type keep none)."""
+
+
+def with_ttls(snapshot: Snapshot, ttl: float = 1.0) -> Snapshot:
+    """``snapshot`` with a TTL on every resource of :data:`TTL_TYPES` (a new version each)."""
+    return Snapshot(
+        [
+            Resource(
+                type_url=r.type_url,
+                name=r.name,
+                body=r.body,
+                aliases=r.aliases,
+                message=r.message,
+                ttl=ttl,
+            )
+            if r.type_url in TTL_TYPES
+            else r
+            for r in snapshot
+        ],
+        types=snapshot.type_urls,
+    )

@@ -25,7 +25,13 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from xdscore import CLUSTER, ENDPOINT, LISTENER, Resource, Snapshot
 from xdscore.builders import eds_cluster, http_listener, load_assignment
-from xdscore.protocol import WILDCARD, DeltaDiscoveryRequest, Event, StaleNonceSeen
+from xdscore.protocol import (
+    WILDCARD,
+    ClientFeatures,
+    DeltaDiscoveryRequest,
+    Event,
+    StaleNonceSeen,
+)
 from xdscore.testing import DeltaPair
 from xdscore.testing.strategies import (
     NACK_MARKER,
@@ -43,6 +49,7 @@ from xdscore.wire._records import DeltaDiscoveryResponse
 
 from ..factories import short
 from . import _invariants as check
+from ._heartbeats import HeartbeatRules
 from ._model import (
     NAMES,
     NODE,
@@ -52,6 +59,7 @@ from ._model import (
     delta_want,
     eds_closure,
     name_pool,
+    with_ttls,
 )
 
 REMOVED = "<removed>"
@@ -128,20 +136,31 @@ class DeltaProperties(RuleBasedStateMachine):
     """Rules and invariants over one DeltaPair; subclasses fix ``ordered``."""
 
     ordered = False
+    features = ClientFeatures()
 
     def __init__(self) -> None:
         super().__init__()
         self.config = EnvoyConfig()
-        self.snapshot = self.config.snapshot()
+        self.snapshot = self._snapshot_of(self.config)
         self.nack_next: set[str] = set()
         self.pool: list[str] = []
         self.sent: dict[str, DeltaDiscoveryResponse] = {}
         """Every response sent, by nonce (nonces are unique across streams)."""
+        self.heartbeat_nonces: set[str] = set()
+        """The nonces of the heartbeats among them."""
         self.pair = DeltaPair(
-            lambda: self.snapshot, node=NODE, validate=self._validate, ordered=self.ordered
+            lambda: self.snapshot,
+            node=NODE,
+            validate=self._validate,
+            ordered=self.ordered,
+            features=self.features,
         )
         self._new_stream()
         self._fresh_step()
+
+    def _snapshot_of(self, config: EnvoyConfig) -> Snapshot:
+        """The snapshot served for ``config``."""
+        return config.snapshot()
 
     def _new_stream(self) -> None:
         self.types: dict[str, TypeModel] = {}
@@ -167,7 +186,7 @@ class DeltaProperties(RuleBasedStateMachine):
     @initialize(names=NAMES, types=TYPES_IN_PLAY, data=st.data())
     def start(self, names: list[str], types: tuple[str, ...], data: st.DataObject) -> None:
         self.config = data.draw(configs(names, marked=True), label="config")
-        self.snapshot = self.config.snapshot()
+        self.snapshot = self._snapshot_of(self.config)
         self.pool = name_pool(self.config, names)
         self.actions = delta_client_actions(types, st.sampled_from(self.pool))
 
@@ -177,7 +196,7 @@ class DeltaProperties(RuleBasedStateMachine):
         for _ in range(data.draw(st.integers(1, 3), label="edits")):
             change = data.draw(config_changes(self.config, self.pool), label="change")
             self.config = change.apply(self.config)
-        self.snapshot = self.config.snapshot()
+        self.snapshot = self._snapshot_of(self.config)
 
     @rule(data=st.data())
     def client_acts(self, data: st.DataObject) -> None:
@@ -300,16 +319,22 @@ class DeltaProperties(RuleBasedStateMachine):
         nonce = request.response_nonce
         if nonce and nonce == model.unanswered:
             response = self.sent[nonce]
-            if request.error_detail is not None:
+            if request.error_detail is not None and nonce in self.heartbeat_nonces:
+                # A rejected heartbeat carried nothing to apply: nothing changes but the nonce.
+                event("delta: NACK of a heartbeat")
+                model = attrs.evolve(model, unanswered=None)
+                expect = attrs.evolve(expect, nacks=response.system_version_info)
+            elif request.error_detail is not None:
                 event("delta: NACK")
                 rejected = dict(model.rejected)
                 rejected.update({r.name: r.version for r in response.resources})
                 rejected.update(dict.fromkeys(response.removed_resources, REMOVED))
-                # The client may have applied the valid part: those names may be held.
+                # The client may have applied the valid part: those names are held at a
+                # version the server cannot know (the one before, or the one rejected).
                 acked = dict(model.acked)
                 for resource in response.resources:
                     if model.want.wants(resource.name):
-                        acked.setdefault(resource.name, "")
+                        acked[resource.name] = ""
                 model = attrs.evolve(model, acked=acked, rejected=rejected, unanswered=None)
                 expect = attrs.evolve(expect, nacks=response.system_version_info)
             else:
@@ -558,7 +583,7 @@ class DeltaProperties(RuleBasedStateMachine):
             return
         self.nack_next.clear()
         self.config = self.config.unmarked()
-        self.snapshot = self.config.snapshot()
+        self.snapshot = self._snapshot_of(self.config)
         client = self.pair.client
         if self.ordered:
             # Envoy subscribes to the endpoints of every EDS cluster it holds; a client that
@@ -648,9 +673,100 @@ class DeltaOrderedProperties(DeltaProperties):
     ordered = True
 
 
+@attrs.frozen
+class HeartbeatStep:
+    response: DeltaDiscoveryResponse
+    before: TypeModel
+    duplicate_nonce: bool
+    current: Mapping[str, Resource]
+
+
+class DeltaTtlProperties(HeartbeatRules, DeltaProperties):
+    """The ordered machine with TTLs on clusters, endpoints and listeners, a client that supports
+    them, and heartbeats at any step (inv. 38): the runtime may ask for them at any time, so
+    they interleave with everything else. A heartbeat is in flight like a response; the
+    model pairs its ACK or NACK the same way."""
+
+    ordered = True
+    label = "delta"
+    features = ClientFeatures(ttl=True)
+
+    def _snapshot_of(self, config: EnvoyConfig) -> Snapshot:
+        return with_ttls(config.snapshot())
+
+    def _fresh_step(self) -> None:
+        super()._fresh_step()
+        self.new_heartbeats: list[HeartbeatStep] = []
+
+    def _holds_a_ttl(self) -> bool:
+        """Whether the server believes the client holds a resource with a TTL."""
+        states = self.pair.server.type_states().values()
+        return any(r.ttl is not None for state in states for r in state.held.values())
+
+    def _beat(self) -> None:
+        for response in self.pair.heartbeat():
+            type_url = response.type_url
+            before = self.types[type_url]
+            self.new_heartbeats.append(
+                HeartbeatStep(
+                    response=response,
+                    before=before,
+                    duplicate_nonce=response.nonce in self.nonces,
+                    current=dict(self.snapshot.resources(type_url) or {}),
+                )
+            )
+            self.nonces.append(response.nonce)
+            self.sent[response.nonce] = response
+            self.heartbeat_nonces.add(response.nonce)
+            self.types[type_url] = attrs.evolve(
+                before, unanswered=response.nonce, latest=response.nonce, initial=None
+            )
+
+    def teardown(self) -> None:
+        """Converged, a heartbeat of everything held goes out and changes nothing held."""
+        super().teardown()
+        if not self.pool:
+            return
+        self._fresh_step()
+        self.converged = True
+        self._beat()
+        self._tell()
+        self.inv38_heartbeats_carry_only_what_the_client_holds_unchanged()
+        self._settle()
+        self.inv17_client_converges_to_the_subscribed_snapshot()
+
+    @invariant()
+    def inv38_heartbeats_carry_only_what_the_client_holds_unchanged(self) -> None:
+        """Each heartbeat: one per type with nothing in flight, a fresh nonce, no removals,
+        and for each resource its name, the version the client holds (which is still the
+        current one), its TTL and no body; only resources with a TTL that it wants."""
+        for step in self.new_heartbeats:
+            response, before = step.response, step.before
+            kind = short(response.type_url)
+            assert before.unanswered is None, f"{kind} heartbeat while a response is in flight"
+            assert not step.duplicate_nonce, f"{kind} heartbeat reuses nonce {response.nonce}"
+            assert response.removed_resources == (), f"{kind} heartbeat removes names"
+            assert response.resources, f"{kind} empty heartbeat"
+            for resource in response.resources:
+                current = step.current.get(resource.name)
+                assert resource.name_only, f"{kind} heartbeat of {resource.name!r} has a body"
+                assert current is not None, f"{kind} heartbeat of {resource.name!r}: gone"
+                assert current.ttl is not None, f"{kind} heartbeat of {resource.name!r}: no TTL"
+                assert resource.ttl == current.ttl, f"{kind} {resource.name!r}: TTL not sent"
+                assert resource.version == current.version, f"{kind} {resource.name!r} changed"
+                assert before.acked.get(resource.name) == resource.version, (
+                    f"{kind} heartbeat of {resource.name!r} at {resource.version}, which the "
+                    f"client does not hold ({before.acked.get(resource.name)!r})"
+                )
+                assert before.want.wants(resource.name), (
+                    f"{kind} heartbeat of {resource.name!r}, which the client does not want"
+                )
+
+
 TestDeltaUnordered = DeltaUnorderedProperties.TestCase
 TestDeltaOrdered = DeltaOrderedProperties.TestCase
-TestDeltaUnordered.settings = TestDeltaOrdered.settings = STATEFUL
+TestDeltaTtl = DeltaTtlProperties.TestCase
+TestDeltaUnordered.settings = TestDeltaOrdered.settings = TestDeltaTtl.settings = STATEFUL
 
 
 def test_inv12_inv14_resources_of_a_nacked_response_are_not_resent_until_they_change() -> None:

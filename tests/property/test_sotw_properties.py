@@ -32,7 +32,7 @@ from hypothesis.stateful import (
 
 from xdscore import CLUSTER, ENDPOINT, Resource, Snapshot
 from xdscore.builders import eds_cluster, load_assignment
-from xdscore.protocol import Event, StaleNonceSeen
+from xdscore.protocol import ClientFeatures, Event, StaleNonceSeen
 from xdscore.testing import SotwPair
 from xdscore.testing.strategies import (
     Disconnect,
@@ -49,6 +49,7 @@ from xdscore.wire._records import DiscoveryRequest, DiscoveryResponse
 
 from ..factories import short
 from . import _invariants as check
+from ._heartbeats import HeartbeatRules
 from ._model import (
     NAMES,
     NODE,
@@ -60,6 +61,7 @@ from ._model import (
     resumable,
     sotw_want,
     wanted,
+    with_ttls,
 )
 
 
@@ -136,23 +138,34 @@ class SotwProperties(RuleBasedStateMachine):
     """Rules and invariants over one SotwPair; subclasses fix ``ordered``."""
 
     ordered = False
+    features = ClientFeatures()
 
     def __init__(self) -> None:
         super().__init__()
         self.config = EnvoyConfig()
-        self.snapshot = self.config.snapshot()
+        self.snapshot = self._snapshot_of(self.config)
         self.nack_next: set[str] = set()
         self.pool: list[str] = []
         self.version_of: dict[str, str] = {}
         """The version of every response sent, by nonce (nonces are unique across streams)."""
         self.content_of: dict[tuple[str, str], dict[str, str]] = {}
         """(name, version) pairs of every response sent, by (type URL, version_info)."""
+        self.heartbeat_nonces: set[str] = set()
+        """The nonces of the heartbeats sent."""
 
         self.pair = SotwPair(
-            lambda: self.snapshot, node=NODE, validate=self._validate, ordered=self.ordered
+            lambda: self.snapshot,
+            node=NODE,
+            validate=self._validate,
+            ordered=self.ordered,
+            features=self.features,
         )
         self._new_stream()
         self._fresh_step()
+
+    def _snapshot_of(self, config: EnvoyConfig) -> Snapshot:
+        """The snapshot served for ``config``."""
+        return config.snapshot()
 
     def _new_stream(self) -> None:
         self.types: dict[str, TypeModel] = {}
@@ -177,7 +190,7 @@ class SotwProperties(RuleBasedStateMachine):
     @initialize(names=NAMES, types=TYPES_IN_PLAY, data=st.data())
     def start(self, names: list[str], types: tuple[str, ...], data: st.DataObject) -> None:
         self.config = data.draw(configs(names, marked=True), label="config")
-        self.snapshot = self.config.snapshot()
+        self.snapshot = self._snapshot_of(self.config)
         self.pool = name_pool(self.config, names)
         self.actions = sotw_client_actions(types, st.sampled_from(self.pool))
 
@@ -187,7 +200,7 @@ class SotwProperties(RuleBasedStateMachine):
         for _ in range(data.draw(st.integers(1, 3), label="edits")):
             change = data.draw(config_changes(self.config, self.pool), label="change")
             self.config = change.apply(self.config)
-        self.snapshot = self.config.snapshot()
+        self.snapshot = self._snapshot_of(self.config)
 
     @rule(data=st.data())
     def client_acts(self, data: st.DataObject) -> None:
@@ -274,7 +287,12 @@ class SotwProperties(RuleBasedStateMachine):
         acks = nacks = None
         if nonce and nonce == model.unanswered:
             version = self.version_of[nonce]
-            if request.error_detail is not None:
+            if request.error_detail is not None and nonce in self.heartbeat_nonces:
+                # A rejected heartbeat repeated what the client holds: it still holds that.
+                event("sotw: NACK of a heartbeat")
+                nacks = version
+                model = attrs.evolve(model, unanswered=None)
+            elif request.error_detail is not None:
                 event("sotw: NACK")
                 nacks = version
                 model = attrs.evolve(
@@ -477,7 +495,7 @@ class SotwProperties(RuleBasedStateMachine):
             return
         self.nack_next.clear()
         self.config = self.config.unmarked()
-        self.snapshot = self.config.snapshot()
+        self.snapshot = self._snapshot_of(self.config)
         client = self.pair.client
         if self.ordered and client.type_state(ENDPOINT) is not None:
             # Envoy subscribes to the endpoints of every EDS cluster it holds; a client that
@@ -560,9 +578,105 @@ class SotwOrderedProperties(SotwProperties):
     ordered = True
 
 
+@attrs.frozen
+class HeartbeatStep:
+    response: DiscoveryResponse
+    before: TypeModel
+    duplicate_nonce: bool
+    version: str | None
+    """The version of what the subscription selects when the heartbeat went out."""
+    current: Mapping[str, Resource]
+
+
+class SotwTtlProperties(HeartbeatRules, SotwProperties):
+    """The ordered machine with TTLs on clusters, endpoints and listeners, a client that reads TTLs
+    and wrapped entries, and heartbeats at any step (inv. 38). A SotW heartbeat repeats the
+    held state at the held version; the model pairs its ACK or NACK like a response's."""
+
+    ordered = True
+    label = "sotw"
+    features = ClientFeatures(ttl=True, resource_in_sotw=True)
+
+    def _snapshot_of(self, config: EnvoyConfig) -> Snapshot:
+        return with_ttls(config.snapshot())
+
+    def _fresh_step(self) -> None:
+        super()._fresh_step()
+        self.new_heartbeats: list[HeartbeatStep] = []
+
+    def _holds_a_ttl(self) -> bool:
+        """Whether the server believes the client holds a resource with a TTL."""
+        for state in self.pair.server.type_states().values():
+            if state.held is not None and state.held.shortest_ttl is not None:
+                return True
+        return False
+
+    def _beat(self) -> None:
+        for response in self.pair.heartbeat():
+            type_url = response.type_url
+            before = self.types[type_url]
+            subscription = self.pair.server.subscription(type_url)
+            assert subscription is not None
+            selection = self.snapshot.select(type_url, subscription)
+            self.new_heartbeats.append(
+                HeartbeatStep(
+                    response=response,
+                    before=before,
+                    duplicate_nonce=response.nonce in self.nonces,
+                    version=selection.version if selection is not None else None,
+                    current=self.snapshot.resources(type_url) or {},
+                )
+            )
+            self.nonces.append(response.nonce)
+            self.version_of[response.nonce] = response.version_info
+            self.heartbeat_nonces.add(response.nonce)
+            self.types[type_url] = attrs.evolve(
+                before, latest=response.nonce, unanswered=response.nonce
+            )
+
+    @invariant()
+    def inv38_heartbeats_repeat_what_the_client_holds_unchanged(self) -> None:
+        """Each heartbeat: one per type with nothing in flight, a fresh nonce, the version the
+        client holds, which is what its subscription selects now; every resource current,
+        wanted and (but for full-state types, which repeat their whole state) with a TTL."""
+        for step in self.new_heartbeats:
+            response, before = step.response, step.before
+            kind = short(response.type_url)
+            assert before.unanswered is None, f"{kind} heartbeat while a response is in flight"
+            assert not step.duplicate_nonce, f"{kind} heartbeat reuses nonce {response.nonce}"
+            assert response.version_info == before.acked, (
+                f"{kind} heartbeat at {response.version_info}, the client holds {before.acked}"
+            )
+            assert response.version_info == step.version, f"{kind} heartbeat of changed state"
+            assert not before.owed, f"{kind} heartbeat instead of an owed answer"
+            full_state = type_info(response.type_url).sotw_full_state
+            for resource in response.resources:
+                current = step.current.get(resource.name)
+                assert current is not None, f"{kind} heartbeat of {resource.name!r}: gone"
+                assert resource.version == current.version, f"{kind} {resource.name!r} changed"
+                assert resource.ttl == current.ttl, f"{kind} {resource.name!r}: TTL not sent"
+                assert before.want.wants(resource.name), f"{kind} {resource.name!r} unwanted"
+                if not full_state:
+                    assert current.ttl is not None, f"{kind} {resource.name!r}: no TTL"
+
+    def teardown(self) -> None:
+        """Converged, a heartbeat of everything held goes out and changes nothing held."""
+        super().teardown()
+        if not self.pool:
+            return
+        self._fresh_step()
+        self.converged = True
+        self._beat()
+        self._tell()
+        self.inv38_heartbeats_repeat_what_the_client_holds_unchanged()
+        self._settle()
+        self.inv21_client_converges_to_the_subscribed_snapshot()
+
+
 TestSotwUnordered = SotwUnorderedProperties.TestCase
 TestSotwOrdered = SotwOrderedProperties.TestCase
-TestSotwUnordered.settings = TestSotwOrdered.settings = STATEFUL
+TestSotwTtl = SotwTtlProperties.TestCase
+TestSotwUnordered.settings = TestSotwOrdered.settings = TestSotwTtl.settings = STATEFUL
 
 
 def _resume_pair() -> SotwPair:

@@ -286,13 +286,44 @@ def test_xds006_eds_cluster_with_empty_endpoints() -> None:
         ),
         b.eds_cluster("nothing"),  # its endpoints do not exist at all: XDS001, not XDS006
     ]
-    report = analyze(_pairs(*resources))
+    # A LEDS locality is endpoints from elsewhere, unless LEDS endpoints are present (below).
+    report = analyze(_pairs(*resources), complete=False)
     (warning,) = _with(report, "XDS006")
     assert warning.severity is Severity.WARNING
     assert (warning.type_url, warning.name) == (CLUSTER, "empty")
     assert "'svc-empty'" in warning.message
     assert warning.where == "config/00.yaml"
     assert [d.name for d in _with(report, "XDS001")] == ["nothing"]
+
+
+def test_xds006_leds_collection_without_endpoints() -> None:
+    # With LEDS endpoints present, a cluster whose localities all name collections that hold
+    # none of them is empty too; one whose collection holds an endpoint is not.
+    def leds(cluster: str, collection: str) -> endpoint_pb2.ClusterLoadAssignment:
+        group = endpoint_components_pb2.LocalityLbEndpoints()
+        group.leds_cluster_locality_config.leds_collection_name = collection
+        return endpoint_pb2.ClusterLoadAssignment(cluster_name=cluster, endpoints=[group])
+
+    authority = "xdstp://example/envoy.config.endpoint.v3.LbEndpoint"
+    member = endpoint_components_pb2.LbEndpoint()
+    member.endpoint.address.socket_address.address = "10.0.0.1"
+    member.endpoint.address.socket_address.port_value = 80
+    resources = [
+        b.eds_cluster("full"),
+        leds("full", f"{authority}/full/*?zone=z1&app=web"),
+        b.eds_cluster("hollow"),
+        leds("hollow", f"{authority}/hollow/*"),
+        make_resource(member, name=f"{authority}/full/ep1?app=web&zone=z1"),
+        make_resource(member, name=f"{authority}/hollow/deep/ep2"),  # not in hollow/*
+    ]
+    (warning,) = _with(analyze(_pairs(*resources)), "XDS006")
+    assert (warning.type_url, warning.name) == (CLUSTER, "hollow")
+    assert f"LEDS collections ({authority}/hollow/*) hold no endpoint" in warning.message
+    # A directory is the whole source: its LEDS collections with no endpoint are empty.
+    everything = _with(analyze(_pairs(*resources[:4])), "XDS006")
+    assert [d.name for d in everything] == ["full", "hollow"]
+    # A snapshot that serves no LEDS endpoints leaves them to another source: nothing to say.
+    assert _with(analyze(Snapshot(resources[:4])), "XDS006") == []
 
 
 def test_xds007_name_mismatch() -> None:

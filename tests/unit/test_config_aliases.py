@@ -1,11 +1,12 @@
-"""Virtual-host aliases in the config directory: an ``envoy.service.discovery.v3.Resource``
-entry wraps a resource and gives it ``aliases`` (docs/config-server.md, file formats)."""
+"""The ``envoy.service.discovery.v3.Resource`` wrapper entry of the config directory: it wraps
+a resource and gives it ``aliases`` (virtual hosts) and a ``ttl`` (docs/config-server.md,
+file formats)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from xdscore import VIRTUAL_HOST
+from xdscore import CLUSTER, VIRTUAL_HOST
 from xdscore.config import load_directory, read_directory
 
 WRAPPER = "type.googleapis.com/envoy.service.discovery.v3.Resource"
@@ -47,9 +48,35 @@ def test_wrapper_name_must_be_the_resource_name(tmp_path: Path) -> None:
     assert any("'name' 'other' is not the name" in p for p in problems(tmp_path, text))
 
 
-def test_wrapper_version_and_ttl_are_refused(tmp_path: Path) -> None:
+def test_wrapper_version_is_refused(tmp_path: Path) -> None:
     text = entry("route_0/a", ["route_0/a.example"], extra='  version: "3"\n  ttl: 5s\n')
-    assert any("'version', 'ttl' cannot be given here" in p for p in problems(tmp_path, text))
+    found = problems(tmp_path, text)
+    assert any("'version' cannot be given here" in p for p in found), found
+    assert not any("'ttl'" in p.split("(")[0] for p in found), found
+
+
+def test_wrapper_ttl_gives_the_resource_its_ttl(tmp_path: Path) -> None:
+    cluster = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
+    (tmp_path / "ttl.yaml").write_text(
+        f'- "@type": {WRAPPER}\n  ttl: 2.5s\n  resource:\n    "@type": {cluster}\n    name: c\n'
+        f'- "@type": {cluster}\n  name: d\n'
+    )
+    snapshot = load_directory(tmp_path)
+    clusters = snapshot.resources(CLUSTER)
+    assert clusters is not None
+    assert clusters["c"].ttl == 2.5
+    assert clusters["d"].ttl is None
+    # The TTL is part of the version: the same cluster without it has another.
+    (tmp_path / "ttl.yaml").write_text(f'- "@type": {cluster}\n  name: c\n')
+    plain = load_directory(tmp_path).resources(CLUSTER)
+    assert plain is not None
+    assert plain["c"].body == clusters["c"].body
+    assert plain["c"].version != clusters["c"].version
+
+
+def test_wrapper_ttl_must_be_positive(tmp_path: Path) -> None:
+    text = entry("route_0/a", ["route_0/a.example"], extra="  ttl: 0s\n")
+    assert any("'ttl' must be positive, not 0 s" in p for p in problems(tmp_path, text))
 
 
 def test_wrapper_without_a_resource_is_refused(tmp_path: Path) -> None:

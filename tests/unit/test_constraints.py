@@ -14,7 +14,7 @@ from xdscore import builders as b
 from xdscore.analysis import FIELD_CONSTRAINT, analyze
 from xdscore.config import ConfigError, load_directory, read_directory
 from xdscore.wire._constraints import violations
-from xdscore.wire._messages import make_resource
+from xdscore.wire._messages import decode_resource, make_resource
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -201,7 +201,7 @@ def test_checking_is_cached_per_descriptor() -> None:
 
     _constraints._plan.cache_clear()
     resource = make_resource(b.eds_cluster("a"))
-    list(violations(resource.message))  # type: ignore[arg-type]
+    list(violations(decode_resource(resource.type_url, resource.body)))
     first = _constraints._plan.cache_info()
     list(violations(b.eds_cluster("b")))
     again = _constraints._plan.cache_info()

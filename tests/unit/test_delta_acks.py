@@ -217,6 +217,19 @@ def test_inv14_after_nack_the_server_assumes_nothing_and_resends_on_change() -> 
     assert machine.type_states()[ENDPOINT].held_versions["a"] == version(EP_A2)
 
 
+def test_inv14_a_version_held_before_a_nack_is_sent_again_when_it_comes_back() -> None:
+    """Found by DeltaTtlProperties: the client held a at A, NACKed a response carrying a at
+    A2 (for another resource's sake) and applied A2; the cache goes back to A. The server
+    must not still believe the client holds A."""
+    machine = stream()
+    start(machine, ENDPOINT, ["a", "b"])
+    ack(machine, only(machine.poll(Snapshot([EP_A, EP_B]))))
+    nack(machine, only(machine.poll(Snapshot([EP_A2, EP_B2]))))
+    assert machine.type_states()[ENDPOINT].held_versions == {"a": "", "b": ""}
+    response = only(machine.poll(Snapshot([EP_A, EP_B2])))
+    assert sent_versions(response) == {"a": version(EP_A)}
+
+
 # --- 26. stale nonces ----------------------------------------------------------------------
 
 

@@ -14,6 +14,7 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
 
 from xdscore.config import Problem, read_directory
 from xdscore.config._envoy_json import classify_plain
+from xdscore.wire._messages import decode_resource
 
 CLUSTER = '"@type": type.googleapis.com/envoy.config.cluster.v3.Cluster\n'
 
@@ -59,7 +60,7 @@ def load_one(tmp_path: Path, text: str, name: str = "r.yaml") -> object:
     found, problems = read_directory(tmp_path)
     assert problems == [], problems
     [(_, resource)] = found
-    return resource.message
+    return decode_resource(resource.type_url, resource.body)
 
 
 def problems_of(tmp_path: Path, text: str, name: str = "r.yaml") -> list[Problem]:

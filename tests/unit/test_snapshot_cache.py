@@ -24,6 +24,7 @@ from xdscore import (
 )
 from xdscore.builders import eds_cluster, http_listener, load_assignment, route_configuration
 from xdscore.protocol import Subscription
+from xdscore.wire._messages import decode_resource
 from xdscore.wire._resource import content_version
 
 NODE_A = Node(id="a", cluster="edge", raw=b"a")
@@ -377,7 +378,8 @@ def test_make_resource_from_protobuf_message() -> None:
     assert resource.name == "a"
     assert resource.body == message.SerializeToString(deterministic=True)
     assert resource.version == content_version(resource.body)
-    assert resource.message is message
+    assert resource.message is None  # only the bytes are kept
+    assert decode_resource(CLUSTER, resource.body) == message
     assert resource.aliases == ()
 
 
@@ -399,7 +401,7 @@ def test_make_resource_from_bytes_without_name_decodes_it() -> None:
     assert resource.name == "from-bytes"
     assert resource.body == body
     assert resource.version == make_resource(eds_cluster("from-bytes")).version
-    assert isinstance(resource.message, cluster_pb2.Cluster)
+    assert isinstance(decode_resource(CLUSTER, resource.body), cluster_pb2.Cluster)
 
 
 def test_make_resource_from_bytes_with_name() -> None:
@@ -457,7 +459,7 @@ def test_make_resource_from_envoy_data_plane_message_matches_protobuf() -> None:
     assert resource.name == "a"
     assert resource.version == expected.version
     assert resource.body == expected.body
-    assert isinstance(resource.message, cluster_pb2.Cluster)
+    assert isinstance(decode_resource(CLUSTER, resource.body), cluster_pb2.Cluster)
     # And it can go straight into a snapshot next to protobuf messages.
     snapshot = Snapshot([message, load_assignment("a", [("10.0.0.1", 80)])])
     assert snapshot.version(CLUSTER) == Snapshot([eds_cluster("a")]).version(CLUSTER)

@@ -142,9 +142,12 @@ class LinearCache:
         """The resource called ``name``, if any."""
         return self._resources.get(canonical_name(name))
 
-    def set_resource(self, resource: Resource | Any, *, name: str | None = None) -> None:
-        """Add or replace one resource (a Resource, protobuf/betterproto2 message or bytes)."""
-        self.update(put=[self._coerce(resource, name)])
+    def set_resource(
+        self, resource: Resource | Any, *, name: str | None = None, ttl: float | None = None
+    ) -> None:
+        """Add or replace one resource (a Resource, protobuf/betterproto2 message or bytes);
+        ``ttl`` gives a message or bytes a TTL in seconds (a Resource carries its own)."""
+        self.update(put=[self._coerce(resource, name, ttl)])
 
     def delete_resource(self, name: str) -> None:
         """Remove one resource; removing an absent name does nothing."""
@@ -184,11 +187,11 @@ class LinearCache:
             self._watchers.notify_all()
             self._updates.tell((self.type_url,))
 
-    def _coerce(self, item: Resource | Any, name: str | None) -> Resource:
+    def _coerce(self, item: Resource | Any, name: str | None, ttl: float | None = None) -> Resource:
         resource = (
             item
             if isinstance(item, Resource)
-            else make_resource(item, type_url=self.type_url, name=name)
+            else make_resource(item, type_url=self.type_url, name=name, ttl=ttl)
         )
         if resource.type_url != self.type_url:
             raise TypeError(f"this linear cache holds {self.type_url}, not {resource.type_url}")

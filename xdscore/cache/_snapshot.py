@@ -149,4 +149,6 @@ def select(
     if subscription.wildcard:
         return Selection.of(type_url, resources, subscription)
     chosen = {name: resources[name] for name in subscription.names if name in resources}
+    if subscription.collections:
+        chosen.update((n, r) for n, r in resources.items() if subscription.wants(n))
     return Selection.of(type_url, chosen, subscription)

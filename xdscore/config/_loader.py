@@ -9,7 +9,8 @@ Envoy's proto3 JSON mapping, each with its ``@type``, as:
 * ``{"resources": [...]}``, the layout of Envoy's own file-based subscriptions.
 
 A resource wrapped in an ``envoy.service.discovery.v3.Resource`` entry takes that entry's
-``aliases`` (virtual hosts only, for VHDS).
+``aliases`` (virtual hosts only, for VHDS) and ``ttl`` (clients that support TTLs drop the
+resource when it lapses without a heartbeat).
 
 Every problem in the directory is collected and reported together, each with its file and
 document, and a directory with any problem yields no snapshot at all.
@@ -35,7 +36,7 @@ import yaml
 
 from ..analysis import DANGLING_REFERENCE, Diagnostic, analyze
 from ..cache._snapshot import Snapshot
-from ..wire._messages import import_all_protos, make_resource, message_class
+from ..wire._messages import has_own_name, import_all_protos, make_resource, message_class
 from ..wire._resource import Resource
 from ..wire._typeurls import all_types, type_info
 from . import _envoy_json
@@ -501,6 +502,11 @@ def _resource(entry: Any) -> Resource:
         ) from None
     if type_url == WRAPPED:
         return _wrapped(message)
+    if not has_own_name(type_url):
+        raise _EntryError(
+            f"{type_info(type_url).short_name} resources have no name of their own: wrap it "
+            f"in an {WRAPPED.removeprefix('type.googleapis.com/')} entry and give its 'name'"
+        )
     try:
         return make_resource(message)
     except (TypeError, ValueError) as exc:
@@ -508,33 +514,49 @@ def _resource(entry: Any) -> Resource:
 
 
 WRAPPED = "type.googleapis.com/envoy.service.discovery.v3.Resource"
-"""An entry of this ``@type`` wraps one resource (its ``resource``) to give it ``aliases``."""
+"""An entry of this ``@type`` wraps one resource (its ``resource``) to give it ``aliases``
+and a ``ttl``, or a ``name`` when the resource has no name field of its own (``LbEndpoint``,
+for LEDS)."""
 
 
 def _wrapped(wrapper: Any) -> Resource:
-    """The resource an ``envoy.service.discovery.v3.Resource`` entry wraps, with its aliases."""
+    """The resource an ``envoy.service.discovery.v3.Resource`` entry wraps, with its aliases
+    and TTL (and its name, for a type without a name field)."""
     where = "envoy.service.discovery.v3.Resource"
     if not wrapper.HasField("resource") or not wrapper.resource.type_url:
         raise _EntryError(f"{where} without its 'resource' (with its '@type')")
     unsupported = [
         field
-        for field in ("version", "ttl", "cache_control", "metadata")
+        for field in ("version", "cache_control", "metadata")
         if (getattr(wrapper, field) if field == "version" else wrapper.HasField(field))
     ]
     if unsupported:
         raise _EntryError(
             f"{where}: {', '.join(repr(f) for f in unsupported)} cannot be given here "
-            "(versions are computed from the content; only 'name', 'aliases' and 'resource' "
-            "are read)"
+            "(versions are computed from the content; only 'name', 'aliases', 'ttl' and "
+            "'resource' are read)"
         )
+    ttl = None
+    if wrapper.HasField("ttl"):
+        ttl = wrapper.ttl.seconds + wrapper.ttl.nanos / 1e9
+        if ttl <= 0:
+            raise _EntryError(f"{where}: 'ttl' must be positive, not {ttl:g} s")
     type_url = wrapper.resource.type_url
     inner = message_class(type_url)()
     inner.ParseFromString(wrapper.resource.value)
+    named = not has_own_name(type_url)
+    if named and not wrapper.name:
+        raise _EntryError(
+            f"{where}: {type_info(type_url).short_name} resources have no name of their own; "
+            "give the wrapper's 'name'"
+        )
     try:
-        resource = make_resource(inner, aliases=tuple(wrapper.aliases))
+        resource = make_resource(
+            inner, name=wrapper.name if named else None, aliases=tuple(wrapper.aliases), ttl=ttl
+        )
     except (TypeError, ValueError) as exc:
         raise _EntryError(str(exc)) from None
-    if wrapper.name and wrapper.name != resource.name:
+    if not named and wrapper.name and wrapper.name != resource.name:
         raise _EntryError(
             f"{where}: 'name' {wrapper.name!r} is not the name of its resource "
             f"({resource.name!r}); leave it out or make them equal"

@@ -18,6 +18,7 @@ from ..wire._records import (
     ErrorDetail,
     Locality,
     Node,
+    ResourceError,
 )
 from ..wire._resource import Resource
 from ._delta_client import DeltaClient, DeltaClientTypeState
@@ -30,6 +31,14 @@ from ._events import (
     StaleNonceSeen,
     SubscriptionChanged,
 )
+from ._features import (
+    ASSUMED_FEATURES,
+    NO_FEATURES,
+    RESOURCE_ERRORS,
+    RESOURCE_IN_SOTW,
+    SUPPORTS_TTL,
+    ClientFeatures,
+)
 from ._limits import StreamLimits
 from ._sotw_client import SotwClient, SotwClientTypeState, Validator
 from ._sotw_server import SotwResponse, SotwServer, SotwTypeState
@@ -38,8 +47,14 @@ from ._subscription import EVERYTHING, WILDCARD, Subscription
 from ._view import ResourceView, Selection
 
 __all__ = [
+    "ASSUMED_FEATURES",
     "EVERYTHING",
+    "NO_FEATURES",
+    "RESOURCE_ERRORS",
+    "RESOURCE_IN_SOTW",
+    "SUPPORTS_TTL",
     "WILDCARD",
+    "ClientFeatures",
     "DeltaClient",
     "DeltaClientTypeState",
     "DeltaDiscoveryRequest",
@@ -50,6 +65,7 @@ __all__ = [
     "DiscoveryRequest",
     "DiscoveryResponse",
     "ErrorDetail",
+    "ResourceError",
     "Event",
     "GrpcStatus",
     "Locality",

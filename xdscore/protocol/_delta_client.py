@@ -16,11 +16,15 @@ wildcard. :meth:`~DeltaClient.receive` applies a response and returns the ACK (n
 only) or NACK. A response is rejected as a whole when a name repeats or a name is both
 updated and removed; when the ``validate`` hook objects to some resources, the rest of the
 response (removals included) still applies and the response is NACKed, as Envoy does for
-clusters and listeners. A resource with no body whose version equals the
-held one is a heartbeat. :meth:`~DeltaClient.reconnect` returns the first requests of
-a new stream: every requested name (and ``*`` when explicit) with
-``initial_resource_versions`` listing every held resource, names still waiting omitted;
-types it no longer wants anything of are not requested again.
+clusters and listeners. A resource with no body whose version equals the held one is a
+heartbeat; a body-less entry for anything else (without aliases) is rejected with the whole
+response, as Envoy rejects it. ``resource_errors`` are kept per requested name until the
+resource arrives or the name is unsubscribed (an error alone drops nothing held, as in
+gRPC).
+:meth:`~DeltaClient.reconnect` returns the first requests of a new stream: every requested
+name (and ``*`` when explicit) with ``initial_resource_versions`` listing every held
+resource, names still waiting omitted; types it no longer wants anything of are not
+requested again.
 """
 
 from __future__ import annotations
@@ -49,6 +53,8 @@ class DeltaClientTypeState:
     requested: Mapping[str, Resource | None] = attrs.field(factory=dict)
     wildcard_received: Mapping[str, Resource] = attrs.field(factory=dict)
     ambiguous: Mapping[str, Resource] = attrs.field(factory=dict)
+    errors: Mapping[str, ErrorDetail] = attrs.field(factory=dict)
+    """The server's ``resource_errors`` for requested names, by name."""
     nonce: str = ""
     last_error: ErrorDetail | None = None
     acks: int = 0
@@ -90,6 +96,11 @@ class DeltaClient:
     def type_urls(self) -> list[str]:
         """Every type subscribed, in the order of the first subscription."""
         return list(self._types)
+
+    def errors(self, type_url: str) -> Mapping[str, ErrorDetail]:
+        """The server's errors for requested names of ``type_url`` (``resource_errors``)."""
+        state = self._types.get(type_url)
+        return state.errors if state is not None else {}
 
     def subscribe(self, type_url: str, names: Iterable[str] = ()) -> DeltaDiscoveryRequest:
         """Subscribe to ``names`` (``*`` for the wildcard); return the request to send.
@@ -168,7 +179,7 @@ class DeltaClient:
         state = self._types.get(type_url)
         if state is None:
             raise LocalProtocolError(f"response for {type_url!r}, never subscribed")
-        error = self._problem(response)
+        error = self._problem(response, state)
         if error is not None:
             detail = ErrorDetail(code=GrpcStatus.INTERNAL, message=error)
             self._types[type_url] = attrs.evolve(
@@ -196,11 +207,26 @@ class DeltaClient:
                 requested[name] = None
             received.pop(name, None)
             ambiguous.pop(name, None)
+        errors = {
+            **state.errors,
+            **{
+                error.name: ErrorDetail(code=error.code, message=error.message)
+                for error in response.resource_errors
+                if error.name in requested
+            },
+        }
+        arrived = {r.name for r in response.resources if r.body and r.name not in invalid}
+        errors = {
+            name: detail
+            for name, detail in errors.items()
+            if name in requested and name not in arrived
+        }
         state = attrs.evolve(
             state,
             requested=requested,
             ambiguous=ambiguous,
             wildcard_received=received,
+            errors=errors,
             nonce=response.nonce,
         )
         if invalid:
@@ -239,14 +265,20 @@ class DeltaClient:
             requests.append(self._request(type_url, subscribe=tuple(names), initial=held))
         return requests
 
-    def _problem(self, response: DeltaDiscoveryResponse) -> str | None:
+    def _problem(self, response: DeltaDiscoveryResponse, state: DeltaClientTypeState) -> str | None:
         seen: set[str] = set()
+        held = state.holds()
         for resource in response.resources:
             if resource.name in seen:
                 return f"duplicate resource name {resource.name!r}"
             seen.add(resource.name)
             if resource.body and resource.type_url != response.type_url:
                 return f"resource type {resource.type_url} does not match {response.type_url}"
+            if resource.name_only and not resource.aliases:
+                mine = held.get(resource.name)
+                if mine is None or mine.version != resource.version:
+                    # As Envoy: a body-less entry is a heartbeat only for what is held.
+                    return f"no body for {resource.name!r}, which is not held at that version"
         both = seen.intersection(response.removed_resources)
         if both:
             return f"{sorted(both)[0]!r} is both updated and removed"

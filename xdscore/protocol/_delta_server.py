@@ -36,9 +36,18 @@ and never in both lists. ``system_version_info`` is the type's content version, 
 For an aliased type (VHDS), a name subscribed to that resolves to no resource, by name or by
 alias, is answered with an entry carrying that name as its alias and no body
 (:meth:`Resource.unresolved`): Envoy resumes the request paused on that alias only when an
-entry carrying it arrives. A first request that asks for nothing gets no answer (Envoy's
-first VHDS request names nothing and waits for a virtual host of the route configuration's
-namespace, which an empty answer would not give it either).
+entry carrying it arrives. On ADS, a VHDS subscription also watches the namespaces
+(``<name>/*``) of the route configurations with VHDS sent on the stream, then and later:
+Envoy's VHDS watch matches every virtual host named ``<route configuration>/...``, while its
+requests name only the aliases it asks for on demand (its first request names nothing, and
+an empty answer would not reach the watch). Otherwise a first request that asks for nothing
+gets no answer.
+
+Glob collections (``xdstp://…/*``, and those namespaces) are subscribed to as a whole: each
+member is wanted, an owed glob owes each member, and an owed glob with no member is answered
+by its own name in ``removed_resources``. Members are looked up in the collection index of
+the view's shared selection of the whole type, built once per view, so a glob costs a stream
+only its members, and a change only the names that changed.
 
 On ADS, sending a type that others warm on (``warms_on`` in the type registry: clusters on
 their endpoints) makes the names it refers to owed, because a cluster warms until its
@@ -46,22 +55,35 @@ endpoints arrive, and a reconnecting or updated cluster may not ask for them aga
 ADS, what is due goes through make-before-break ordering (:mod:`xdscore.protocol._ordering`):
 a changed resource that refers to something the client does not hold yet waits, and so does
 the removal of a resource that something the client holds still refers to.
+
+TTLs reach a client that supports them (:class:`~xdscore.protocol.ClientFeatures`) in each
+entry's ``ttl`` (``DeltaResponse.ttl``); others get the entries without it. A heartbeat
+(:meth:`~DeltaServer.heartbeat`) carries, for the resources with a TTL the client holds at
+their current version, each name, version and TTL without a body (``DeltaResponse.heartbeat``):
+the client restarts those TTLs and applies nothing. Virtual hosts are repeated in full
+instead, since Envoy takes a body-less VHDS entry for an unresolved alias, not a heartbeat.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+import operator
+import weakref
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from types import MappingProxyType
+from typing import Any, TypeVar
 
 import attrs
 
-from ..wire._records import DeltaDiscoveryRequest, ErrorDetail
+from ..wire._names import collection_of
+from ..wire._records import DeltaDiscoveryRequest, ErrorDetail, ResourceError
 from ..wire._resource import Resource
-from ..wire._typeurls import TypeInfo, type_info
+from ..wire._typeurls import ROUTE, VIRTUAL_HOST, TypeInfo, type_info
 from ._events import Event, ResponseAcked, ResponseNacked, StaleNonceSeen, SubscriptionChanged
 from ._identity import resolve_type
 from ._limits import StreamLimits, check_names, check_subscribed, check_type_count
 from ._machine import ServerMachine
-from ._ordering import Holding, Plan, plan, warming
+from ._ordering import Holding, plan, warming
+from ._shared import SharedWork
 from ._state import Effect, Input, Phase, classify, step
 from ._subscription import EVERYTHING, NOTHING, WILDCARD, Subscription
 from ._view import ResourceView
@@ -69,6 +91,25 @@ from ._view import ResourceView
 __all__ = ["DeltaResponse", "DeltaServer", "DeltaTypeState"]
 
 _EMPTY: frozenset[str] = frozenset()
+_by_name = operator.attrgetter("name")
+_V = TypeVar("_V")
+_NO_VERSIONS: Mapping[str, str] = MappingProxyType({})
+_NO_RESOURCES: Mapping[str, Resource] = MappingProxyType({})
+_Answer = tuple[
+    tuple[Resource, ...],
+    tuple[str, ...],
+    Mapping[str, Resource],
+    Mapping[str, "str | None"],
+    tuple[Resource, ...],
+]
+"""Resources due and names to remove, in name order; resources found held; why names are
+absent; the resources due that are new or changed for the client (see
+``DeltaServer._answer``)."""
+_ANSWERS: SharedWork[_Answer] = SharedWork(16)
+"""What streams in the same state are due (see :mod:`._shared`)."""
+_Applied = tuple["_Holdings[str]", "_Holdings[Resource]", "_Holdings[str]"]
+_ACCEPTED: SharedWork[tuple[weakref.ref[Any], ...]] = SharedWork(16)
+"""What streams in the same state hold after the same ACK."""
 _REMOVED = ""
 """The version recorded in ``rejected_versions`` for a removal the client NACKed."""
 _UNKNOWN = ""
@@ -84,6 +125,13 @@ class DeltaResponse:
     system_version_info: str
     resources: tuple[Resource, ...]
     removed: tuple[str, ...]
+    ttl: bool = False
+    """Encode each resource's TTL (the client supports TTLs)."""
+    heartbeat: bool = False
+    """Encode the resources as heartbeats: name, version and TTL, no body."""
+    errors: tuple[ResourceError, ...] = ()
+    """``resource_errors``: removed names the client asked for by name, and why (for
+    clients that read them)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -92,10 +140,10 @@ class DeltaTypeState:
 
     subscription: Subscription
     phase: Phase = Phase.REQUESTED
-    held_versions: Mapping[str, str] = attrs.field(factory=dict)
-    held: Mapping[str, Resource] = attrs.field(factory=dict)
+    held_versions: Mapping[str, str] = _NO_VERSIONS
+    held: Mapping[str, Resource] = _NO_RESOURCES
     owed: frozenset[str] = _EMPTY
-    rejected_versions: Mapping[str, str] = attrs.field(factory=dict)
+    rejected_versions: Mapping[str, str] = _NO_VERSIONS
     last_error: ErrorDetail | None = None
     latest_nonce: str = ""
     answered: bool = False
@@ -131,6 +179,9 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
         """Names owed to a type the client has not asked for yet, because a type that
         warms on it was sent (clusters before their endpoints' subscription arrives)."""
         self._aliases: tuple[Mapping[str, Resource], dict[str, Resource]] | None = None
+        self._namespaces: frozenset[str] = _EMPTY
+        """The VHDS namespaces (``<route configuration>/*``) of the route configurations
+        with VHDS sent on this ADS stream."""
 
     def _holding(self, state: DeltaTypeState) -> Holding:
         outstanding = state.outstanding
@@ -207,10 +258,22 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
             if subscription.wildcard:
                 owed |= dropped
             else:
-                owed -= dropped - frozenset(subscribe)
-                held_versions = {n: v for n, v in held_versions.items() if n not in dropped}
+                # A name still in a subscribed collection is answered, as under the wildcard.
+                kept = (
+                    frozenset(filter(subscription.wants, dropped))
+                    if subscription.collections
+                    else _EMPTY
+                )
+                owed = (owed - (dropped - frozenset(subscribe))) | kept
+                gone = dropped & previous.collections
+                held_versions = {
+                    n: v
+                    for n, v in held_versions.items()
+                    if (n not in dropped or n in kept)
+                    and (not gone or collection_of(n) not in gone or subscription.wants(n))
+                }
             if WILDCARD in unsubscribe and not subscription.wildcard:
-                held_versions = {n: v for n, v in held_versions.items() if n in subscription.names}
+                held_versions = {n: v for n, v in held_versions.items() if subscription.wants(n)}
         held, rejected = state.held, state.rejected_versions
         if held_versions is not state.held_versions:
             held = {n: r for n, r in held.items() if n in held_versions}
@@ -241,8 +304,16 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
             subscribe, request.resource_names_unsubscribe, wildcard_capable=info.wildcard_capable
         )
         check_subscribed(len(subscription.names), self._limits)
-        held_versions = dict(request.initial_resource_versions)
+        initial = request.initial_resource_versions
+        held_versions = dict(initial) if initial else _NO_VERSIONS
         owed = frozenset(subscribe) - {WILDCARD} - held_versions.keys()
+        if held_versions:
+            # A reconnecting client's versions say what it holds of its collections too.
+            owed -= subscription.collections
+        if info.type_url == VIRTUAL_HOST and self.aggregated and self._namespaces:
+            subscription = attrs.evolve(subscription, implied=self._namespaces)
+            if not held_versions:
+                owed |= self._namespaces
         warm = self._warming.pop(info.type_url, _EMPTY)
         owed |= frozenset(name for name in warm if subscription.wants(name))
         events.append(
@@ -257,15 +328,18 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
         )
 
     def _candidates(
-        self, state: DeltaTypeState, resources: Mapping[str, Resource]
+        self,
+        state: DeltaTypeState,
+        owed: Iterable[str],
+        resources: Mapping[str, Resource],
+        members: Mapping[str, tuple[str, ...]],
     ) -> Iterator[str]:
-        sources: list[Iterable[str]] = [
-            state.owed,
-            state.held_versions,
-            state.subscription.names,
-        ]
-        if state.subscription.wildcard:
+        subscription = state.subscription
+        sources: list[Iterable[str]] = [owed, state.held_versions, subscription.names]
+        if subscription.wildcard:
             sources.append(resources)
+        else:
+            sources += [members.get(collection, ()) for collection in subscription.collections]
         return _unique(*sources)
 
     def _respond(self, type_url: str, view: ResourceView) -> DeltaResponse | None:
@@ -276,75 +350,145 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
         resources = view.resources(type_url)
         if resources is None or (state.synced is resources and not state.owed):
             return None
-        aliased = type_info(type_url).aliased
-        due: dict[str, Resource] = {}
-        removed: list[str] = []
-        recognised: dict[str, Resource] = {}
-        changed = None
-        if state.synced is not None:
-            changed = view.changed_since(type_url, state.synced)
-        names = (
-            self._candidates(state, resources) if changed is None else _unique(state.owed, changed)
+        collections = subscription.collections
+        members = _members(view, type_url) if collections else {}
+        owing, empty = _owing(state.owed, collections, members)
+        if owing is not state.owed:
+            state = attrs.evolve(state, owed=owing)
+        # Streams in the same state (the same objects) get the same answer: worked out once.
+        shareable = self._deny is None and not empty
+        key = (
+            resources,
+            state.synced,
+            state.held_versions,
+            state.held,
+            state.rejected_versions,
+            subscription,
         )
-        for name in names:
-            owed = name in state.owed
-            resource = self._lookup(type_url, resources, name)
-            if resource is not None and not _wanted(subscription, name, resource):
-                resource = None
-            if resource is None and aliased and name in subscription.names:
-                resource = _unresolved(type_url, name, owed, state.held_versions)
-            if resource is not None:
-                key = resource.name
-                held = state.held_versions.get(key)
-                if held == resource.version and key not in state.held:
-                    recognised[key] = resource
-                if owed or (
-                    held != resource.version
-                    and state.rejected_versions.get(key) != resource.version
-                ):
-                    due[key] = resource
-            elif owed or (
-                name in state.held_versions and state.rejected_versions.get(name) != _REMOVED
-            ):
-                removed.append(name)
-        sending = list(due.values())
-        removed = [name for name in removed if name not in due]
+        extra = (type_url, frozenset(owing))
+        answer = _ANSWERS.get(key, extra) if shareable else None
+        if answer is None:
+            answer = self._answer(type_url, state, owing, view, resources, members, empty)
+            if shareable:
+                _ANSWERS.put(key, extra, answer)
+        sending, removed, recognised, absent, changed = answer
         if recognised:
             state = attrs.evolve(state, held={**state.held, **recognised})
             self._types[type_url] = state
         deferred: frozenset[str] = _EMPTY
-        if self._ordered and (sending or removed):
-            decided = self._make_before_break(type_url, state, sending, removed, view)
+        if self._ordered and (removed or any(r.references for r in changed)):
+            decided = plan(type_url, changed, removed, self.holdings(), view)
             deferred = decided.deferred
             if deferred:
-                sending = [r for r in sending if r.name not in decided.wait]
-                removed = [name for name in removed if name not in decided.keep]
+                sending = tuple(r for r in sending if r.name not in decided.wait)
+                removed = tuple(name for name in removed if name not in decided.keep)
         synced = None if deferred else resources
         if not sending and not removed and (state.answered or deferred or subscription.empty):
             self._types[type_url] = attrs.evolve(state, synced=synced, owed=state.owed & deferred)
             return None
-        return self._send(type_url, state, sending, removed, view, synced=synced, owed=deferred)
+        errors = self._resource_errors(
+            {name: absent[name] for name in removed if name in absent}, subscription
+        )
+        return self._send(
+            type_url, state, sending, removed, view, synced=synced, owed=deferred, errors=errors
+        )
+
+    def _answer(
+        self,
+        type_url: str,
+        state: DeltaTypeState,
+        owing: frozenset[str],
+        view: ResourceView,
+        resources: Mapping[str, Resource],
+        members: Mapping[str, tuple[str, ...]],
+        empty: Iterable[str],
+    ) -> _Answer:
+        """What is due to a stream in ``state``: resources to send and names to remove (each
+        in name order), resources found held at their version, and why names are absent."""
+        subscription = state.subscription
+        aliased = type_info(type_url).aliased
+        collections = subscription.collections
+        changed = None
+        if state.synced is not None:
+            changed = view.changed_since(type_url, state.synced)
+        names = (
+            self._candidates(state, owing, resources, members)
+            if changed is None
+            else _unique(owing, changed)
+        )
+        due: dict[str, Resource] = {}
+        removed: list[str] = list(empty)
+        recognised: dict[str, Resource] = {}
+        absent: dict[str, str | None] = {}
+        deny = self._deny
+        # Locals: this loop runs once per changed name per stream.
+        held_versions, held_resources = state.held_versions, state.held
+        rejected = state.rejected_versions
+        wildcard, subscribed = subscription.wildcard, subscription.names
+        for name in names:
+            if name in collections:
+                continue  # a glob is answered by its members (or, owed and empty, above)
+            owed = name in owing
+            resource = resources.get(name)
+            if resource is None and aliased:
+                resource = self._by_alias(resources, name)
+            if resource is not None and not (
+                wildcard or name in subscribed or _wanted(subscription, name, resource)
+            ):
+                resource = None
+            reason = deny(type_url, name) if deny is not None else None
+            if reason is not None:
+                resource = None
+            if resource is None and aliased and name in subscribed and reason is None:
+                resource = _unresolved(type_url, name, owed, held_versions)
+            if resource is None:
+                absent[name] = reason
+            if resource is not None:
+                key = resource.name
+                version = resource.version
+                held = held_versions.get(key)
+                if held == version and key not in held_resources:
+                    recognised[key] = resource
+                if owed or (held != version and rejected.get(key) != version):
+                    due[key] = resource
+            elif owed or (name in held_versions and rejected.get(name) != _REMOVED):
+                removed.append(name)
+        sending = tuple(sorted(due.values(), key=_by_name))
+        return (
+            sending,
+            tuple(sorted(name for name in removed if name not in due)),
+            recognised,
+            absent,
+            # What make-before-break looks at: what is new or changed for the client.
+            tuple(r for r in sending if held_versions.get(r.name) != r.version),
+        )
 
     def _send(
         self,
         type_url: str,
         state: DeltaTypeState,
-        sending: list[Resource],
-        removed: list[str],
+        sending: tuple[Resource, ...],
+        removed: tuple[str, ...],
         view: ResourceView,
         *,
         synced: Mapping[str, Resource] | None,
         owed: frozenset[str] = _EMPTY,
+        heartbeat: bool = False,
+        errors: tuple[ResourceError, ...] = (),
     ) -> DeltaResponse:
-        """Put ``sending`` and ``removed`` in flight; ``owed`` stays owed (deferred names)."""
+        """Put ``sending`` and ``removed`` (each in name order) in flight; ``owed`` stays owed
+        (deferred names)."""
         everything = view.select(type_url, EVERYTHING)
         move = step("delta", type_url, state.phase, Input.RESPOND)
         response = DeltaResponse(
             type_url=type_url,
             nonce=self._nonce_source(),
             system_version_info=everything.version if everything is not None else "",
-            resources=tuple(sorted(sending, key=lambda r: r.name)),
-            removed=tuple(sorted(removed)),
+            resources=sending,
+            removed=removed,
+            ttl=self.features.ttl,
+            heartbeat=heartbeat,
+            errors=errors,
         )
         self._types[type_url] = attrs.evolve(
             state,
@@ -355,34 +499,82 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
             owed=state.owed & owed,
             synced=synced,
         )
-        if self.aggregated:
+        if self.aggregated and not heartbeat:
             self._owe_warming(type_url, response.resources)
+            if type_url == ROUTE:
+                self._watch_namespaces(response.resources)
         return response
 
-    def _lookup(
-        self, type_url: str, resources: Mapping[str, Resource], name: str
-    ) -> Resource | None:
-        """The resource called ``name``; for aliased types, also one with ``name`` as alias."""
-        resource = resources.get(name)
-        if resource is not None or not type_info(type_url).aliased:
-            return resource
+    def _beat(
+        self, type_url: str, view: ResourceView, quiet: Collection[tuple[str, str]]
+    ) -> DeltaResponse | None:
+        state = self._types[type_url]
+        if not self.features.ttl or state.outstanding is not None or not state.held:
+            return None
+        resources = view.resources(type_url)
+        if resources is None:
+            return None
+        beating = [
+            resource
+            for name, resource in state.held.items()
+            if resource.ttl is not None
+            and (type_url, name) not in quiet
+            and _wanted(state.subscription, name, resource)
+            and state.held_versions.get(name) == resource.version
+            and (current := resources.get(name)) is not None
+            and current.version == resource.version
+        ]
+        if not beating:
+            return None
+        return self._send(
+            type_url,
+            state,
+            tuple(sorted(beating, key=_by_name)),
+            (),
+            view,
+            synced=state.synced,
+            owed=state.owed,
+            heartbeat=not type_info(type_url).aliased,
+        )
+
+    def _ttl(self, state: DeltaTypeState) -> float | None:
+        if not self.features.ttl:
+            return None
+        arriving = state.outstanding.resources if state.outstanding is not None else ()
+        ttls = [
+            r.ttl for source in (state.held.values(), arriving) for r in source if r.ttl is not None
+        ]
+        return min(ttls) if ttls else None
+
+    def _owe(self, state: DeltaTypeState, names: frozenset[str]) -> DeltaTypeState:
+        return attrs.evolve(state, owed=state.owed | (names & state.held_versions.keys()))
+
+    def _by_alias(self, resources: Mapping[str, Resource], name: str) -> Resource | None:
+        """The resource with ``name`` as an alias (aliased types: VHDS)."""
         cached = self._aliases
         if cached is None or cached[0] is not resources:
             index = {alias: r for r in resources.values() for alias in r.aliases}
             cached = self._aliases = (resources, index)
         return cached[1].get(name)
 
-    def _make_before_break(
-        self,
-        type_url: str,
-        state: DeltaTypeState,
-        sending: list[Resource],
-        removed: list[str],
-        view: ResourceView,
-    ) -> Plan:
-        """What of ``sending`` and ``removed`` must wait (see :mod:`._ordering`)."""
-        changed = [r for r in sending if state.held_versions.get(r.name) != r.version]
-        return plan(type_url, changed, removed, self.holdings(), view)
+    def _watch_namespaces(self, sent: Iterable[Resource]) -> None:
+        """Route configurations with VHDS were sent: the client's VHDS subscription, if it
+        has one, now also watches their namespaces, and is owed an answer for each new one."""
+        found = frozenset(r.vhds_namespace for r in sent if r.vhds_namespace is not None)
+        new = found - self._namespaces
+        if not new:
+            return
+        self._namespaces |= new
+        state = self._types.get(VIRTUAL_HOST)
+        if state is None:
+            return
+        previous = state.subscription
+        self._types[VIRTUAL_HOST] = attrs.evolve(
+            state,
+            subscription=attrs.evolve(previous, implied=previous.implied | new),
+            owed=state.owed | new,
+            synced=None,
+        )
 
     def _owe_warming(self, type_url: str, sent: Iterable[Resource]) -> None:
         warm = warming(type_url, sent)
@@ -404,23 +596,62 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
             self._types[target] = attrs.evolve(waiting, owed=waiting.owed | owed)
 
 
-def _accept(
-    state: DeltaTypeState, outstanding: DeltaResponse, events: list[Event]
-) -> DeltaTypeState:
-    """The client applied the response in flight: it now holds what it carried."""
-    held_versions = dict(state.held_versions)
-    held = dict(state.held)
-    rejected = dict(state.rejected_versions)
+class _Holdings(dict[str, _V]):
+    """Holdings that shared work may refer to weakly (see :mod:`._shared`)."""
+
+    __slots__ = ("__weakref__",)
+
+
+def _alive(refs: tuple[weakref.ref[Any], ...]) -> _Applied | None:
+    held_versions, held, rejected = (ref() for ref in refs)
+    if held_versions is None or held is None or rejected is None:
+        return None
+    return held_versions, held, rejected
+
+
+def _applied(state: DeltaTypeState, outstanding: DeltaResponse) -> _Applied:
+    """The holdings of ``state`` once ``outstanding`` is applied (new mappings: holdings
+    are shared between streams and never changed in place)."""
+    held_versions = _Holdings(state.held_versions)
+    held = _Holdings(state.held)
+    rejected = _Holdings(state.rejected_versions)
+    subscription = state.subscription
+    wildcard, subscribed = subscription.wildcard, subscription.names
     for resource in outstanding.resources:
-        rejected.pop(resource.name, None)
-        if not _wanted(state.subscription, resource.name, resource):
+        name = resource.name
+        if rejected:
+            rejected.pop(name, None)
+        if not (wildcard or name in subscribed or _wanted(subscription, name, resource)):
             continue  # unsubscribed while in flight: the client dropped it
-        held_versions[resource.name] = resource.version
-        held[resource.name] = resource
+        held_versions[name] = resource.version
+        held[name] = resource
     for name in outstanding.removed:
         held_versions.pop(name, None)
         held.pop(name, None)
         rejected.pop(name, None)
+    return held_versions, held, rejected
+
+
+def _accept(
+    state: DeltaTypeState, outstanding: DeltaResponse, events: list[Event]
+) -> DeltaTypeState:
+    """The client applied the response in flight: it now holds what it carried."""
+    key = (
+        state.held_versions,
+        state.held,
+        state.rejected_versions,
+        outstanding.resources,
+        outstanding.removed,
+        state.subscription,
+    )
+    shared = _ACCEPTED.get(key, None)
+    holdings = None if shared is None else _alive(shared)
+    if holdings is None:
+        holdings = _applied(state, outstanding)
+        # Weakly: holdings no stream holds any more are no use to share, and an entry
+        # holding them would keep the entry they are the key of alive, and so on back.
+        _ACCEPTED.put(key, None, tuple(weakref.ref(each) for each in holdings))
+    held_versions, held, rejected = holdings
     events.append(
         ResponseAcked(
             type_url=outstanding.type_url,
@@ -441,10 +672,10 @@ def _accept(
 def _reject(
     state: DeltaTypeState, outstanding: DeltaResponse, error: ErrorDetail, events: list[Event]
 ) -> DeltaTypeState:
-    """The client rejected the response in flight: none of its versions is sent again."""
-    rejected = dict(state.rejected_versions)
-    rejected.update({r.name: r.version for r in outstanding.resources})
-    rejected.update(dict.fromkeys(outstanding.removed, _REMOVED))
+    """The client rejected the response in flight: none of its versions is sent again.
+
+    A rejected heartbeat changes nothing the client is known to hold (it carried no body to
+    apply); only its TTLs were not restarted, which the next heartbeat does."""
     events.append(
         ResponseNacked(
             type_url=outstanding.type_url,
@@ -454,12 +685,20 @@ def _reject(
             error=error,
         )
     )
+    if outstanding.heartbeat:
+        return attrs.evolve(
+            state, outstanding=None, last_error=error, nacks=state.nacks + 1, synced=None
+        )
+    rejected = dict(state.rejected_versions)
+    rejected.update({r.name: r.version for r in outstanding.resources})
+    rejected.update(dict.fromkeys(outstanding.removed, _REMOVED))
     # Clients apply the valid part of a rejected response, so what it carried may now be
-    # held at a version the server does not know: if it goes away, say so.
+    # held at a version the server does not know, even where it knew the version before:
+    # if it goes away, say so; if it comes back at the version held before, send it.
     held_versions = dict(state.held_versions)
     for resource in outstanding.resources:
         if _wanted(state.subscription, resource.name, resource):
-            held_versions.setdefault(resource.name, _UNKNOWN)
+            held_versions[resource.name] = _UNKNOWN
     return attrs.evolve(
         state,
         outstanding=None,
@@ -490,6 +729,35 @@ def _unresolved(
     if owed or held_versions.get(name) == entry.version:
         return entry
     return None
+
+
+def _members(view: ResourceView, type_url: str) -> Mapping[str, tuple[str, ...]]:
+    """The names of ``type_url`` by collection: one index per view, shared by streams."""
+    everything = view.select(type_url, EVERYTHING)
+    return everything.collections if everything is not None else {}
+
+
+def _owing(
+    owed: frozenset[str],
+    collections: frozenset[str],
+    members: Mapping[str, tuple[str, ...]],
+) -> tuple[frozenset[str], list[str]]:
+    """The names owed an answer, an owed glob standing for its members; and the owed globs
+    that have none, answered by their own name in ``removed_resources`` (the one answer that
+    reaches a client's glob or namespace watch: an empty response would reach only wildcard
+    watches)."""
+    globs = owed & collections if collections else _EMPTY
+    if not globs:
+        return owed, []
+    names = set(owed - globs)
+    empty: list[str] = []
+    for glob in sorted(globs):
+        found = members.get(glob, ())
+        if found:
+            names.update(found)
+        else:
+            empty.append(glob)
+    return frozenset(names), empty
 
 
 def _unique(*sources: Iterable[str]) -> Iterator[str]:

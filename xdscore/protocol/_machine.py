@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping
 from typing import Generic, Protocol, TypeVar
 
-from .._errors import ProtocolError
-from ..wire._records import Node
+from .._errors import GrpcStatus, ProtocolError
+from ..wire._records import Node, ResourceError
 from ..wire._typeurls import type_info
 from ._events import Event, NodeIdentified
+from ._features import NO_FEATURES, ClientFeatures
 from ._identity import check_node
 from ._limits import StreamLimits
 from ._ordering import Holding, Holdings
@@ -16,7 +17,11 @@ from ._state import Phase, StreamState, ensure_open
 from ._subscription import Subscription
 from ._view import ResourceView
 
-__all__ = ["ServerMachine"]
+__all__ = ["Deny", "ServerMachine"]
+
+Deny = Callable[[str, str], "str | None"]
+"""Given a type URL and a resource name: ``None`` if this stream's client may have it, else
+why not. Must answer the same for the same name for as long as the stream lasts."""
 
 
 class _TypeState(Protocol):
@@ -28,6 +33,7 @@ class _TypeState(Protocol):
 
 
 _State = TypeVar("_State", bound=_TypeState)
+_NOT_FOUND = "the server has no resource of this name"
 _Request = TypeVar("_Request")
 _Response = TypeVar("_Response")
 
@@ -56,6 +62,36 @@ class ServerMachine(Generic[_State, _Request, _Response]):
         """The client's node, from the first request (``None`` before it)."""
         self.state = StreamState.OPEN
         """OPEN, or ERROR for good after a protocol error."""
+        self.features: ClientFeatures = NO_FEATURES
+        """What the client can read beyond the plain protocol (see :meth:`use_features`)."""
+        self._deny: Deny | None = None
+
+    def use_features(self, features: ClientFeatures) -> None:
+        """Encode what is sent from now on for a client that reads ``features`` (the runtime
+        works them out from the first request's node; until then: none)."""
+        self.features = features
+
+    def use_authorization(self, deny: Deny | None) -> None:
+        """Withhold from now on every resource ``deny`` names a reason for: it is sent as
+        absent (SotW: left out; Delta: removed if held) and, for a client that reads
+        ``resource_errors`` and named it, reported as PERMISSION_DENIED with the reason."""
+        self._deny = deny
+
+    def _resource_errors(
+        self, absent: Mapping[str, str | None], subscription: Subscription
+    ) -> tuple[ResourceError, ...]:
+        """The ``resource_errors`` for the names in ``absent`` the client asked for by name:
+        PERMISSION_DENIED with the reason, or NOT_FOUND (``None``); nothing for a client
+        that does not read them."""
+        if not self.features.resource_errors or not absent:
+            return ()
+        return tuple(
+            ResourceError(name=name, code=GrpcStatus.PERMISSION_DENIED, message=reason)
+            if reason is not None
+            else ResourceError(name=name, code=GrpcStatus.NOT_FOUND, message=_NOT_FOUND)
+            for name, reason in sorted(absent.items())
+            if name in subscription.names
+        )
 
     @property
     def aggregated(self) -> bool:
@@ -114,6 +150,42 @@ class ServerMachine(Generic[_State, _Request, _Response]):
                 out.append(response)
         return out
 
+    def heartbeat(
+        self, view: ResourceView | None, *, quiet: Collection[tuple[str, str]] = ()
+    ) -> list[_Response]:
+        """Heartbeats to send now against ``view``, in the order of their types.
+
+        For each type with nothing in flight, the resources with a TTL that the client
+        holds at their current version, unless ``(type_url, name)`` is in ``quiet``; only
+        for a client that supports TTLs. A Delta heartbeat carries names, versions and TTLs
+        without bodies; a SotW one repeats the held state, wrapped (see the machines).
+        Each response returned is in flight, as from :meth:`poll`. The caller decides when:
+        before the shortest TTL (:meth:`shortest_ttl`) lapses.
+        """
+        ensure_open(self.state)
+        if view is None:
+            return []
+        out: list[_Response] = []
+        for type_url in sorted(self._types, key=lambda url: (type_info(url).rank, url)):
+            response = self._beat(type_url, view, quiet)
+            if response is not None:
+                out.append(response)
+        return out
+
+    def shortest_ttl(self) -> float | None:
+        """The smallest TTL of what the client holds or has in flight, for a client that
+        supports TTLs (``None``: nothing it holds expires)."""
+        ttls = [ttl for state in self._types.values() if (ttl := self._ttl(state)) is not None]
+        return min(ttls) if ttls else None
+
+    def refresh(self, type_url: str, names: Collection[str]) -> None:
+        """Owe the client ``names`` of ``type_url`` in full at the next :meth:`poll`, even
+        if it holds their versions (after their heartbeats were stopped, the client may have
+        let them expire)."""
+        state = self._types.get(type_url)
+        if state is not None and names:
+            self._types[type_url] = self._owe(state, frozenset(names))
+
     def holdings(self) -> Holdings:
         """What the client holds of every type it asked for, for make-before-break."""
         return {type_url: self._holding(state) for type_url, state in self._types.items()}
@@ -131,4 +203,15 @@ class ServerMachine(Generic[_State, _Request, _Response]):
         raise NotImplementedError
 
     def _holding(self, state: _State) -> Holding:
+        raise NotImplementedError
+
+    def _beat(
+        self, type_url: str, view: ResourceView, quiet: Collection[tuple[str, str]]
+    ) -> _Response | None:
+        raise NotImplementedError
+
+    def _ttl(self, state: _State) -> float | None:
+        raise NotImplementedError
+
+    def _owe(self, state: _State, names: frozenset[str]) -> _State:
         raise NotImplementedError

@@ -124,8 +124,11 @@ def _rank(type_url: str) -> int:
 
 def blocked(resource: Resource, holdings: Holdings, view: ResourceView) -> bool:
     """True while sending ``resource`` could point the client at something it lacks."""
+    refs = resource.references
+    if not refs:
+        return False
     rank = _rank(resource.type_url)
-    for ref in resource.references:
+    for ref in refs:
         if _rank(ref.type_url) >= rank or not _exists(view, ref.type_url, ref.name):
             continue
         holding = holdings.get(ref.type_url)

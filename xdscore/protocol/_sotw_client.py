@@ -25,6 +25,11 @@ Like Envoy:
   replaced on its own and names not in the response are kept while still watched.
 * Resources that were not asked for are ignored; a non-empty response for a type nobody
   watches is answered with a request that keeps the old version (a de-facto NACK).
+* Entries wrapped in ``envoy.service.discovery.v3.Resource`` are read (the codec unwraps
+  them, TTL included); body-less ones are not applied (gRPC and Envoy alike).
+* ``resource_errors`` (xRFC TP3) are kept per watched name, as gRPC keeps them (gRFC A88):
+  an error does not drop a resource already held (a full-state response without it does);
+  the resource arriving clears its error; LDS, CDS and SRDS responses replace every error.
 """
 
 from __future__ import annotations
@@ -55,6 +60,8 @@ class SotwClientTypeState:
     version_info: str = ""
     nonce: str = ""
     resources: Mapping[str, Resource] = attrs.field(factory=dict)
+    errors: Mapping[str, ErrorDetail] = attrs.field(factory=dict)
+    """The server's ``resource_errors`` for watched names, by name."""
     last_error: ErrorDetail | None = None
     acks: int = 0
     nacks: int = 0
@@ -88,6 +95,11 @@ class SotwClient:
     def type_urls(self) -> list[str]:
         """Every type the client watches, in the order it first watched them."""
         return list(self._types)
+
+    def errors(self, type_url: str) -> Mapping[str, ErrorDetail]:
+        """The server's errors for watched names of ``type_url`` (``resource_errors``)."""
+        state = self._types.get(type_url)
+        return state.errors if state is not None else {}
 
     def watch(self, type_url: str, names: Iterable[str] | None) -> DiscoveryRequest:
         """Watch exactly ``names`` of ``type_url`` (``None``: legacy wildcard); return the
@@ -147,12 +159,14 @@ class SotwClient:
                 del wanted[name]
             else:
                 wanted[name] = old
+        wanted = {name: r for name, r in wanted.items() if not r.name_only}
         full_state = type_info(type_url).sotw_full_state
         if full_state or state.resources.keys() <= wanted.keys():
             resources = wanted
         else:
             resources = {**state.resources, **wanted}
-        state = attrs.evolve(state, resources=resources)
+        errors = _errors(state, response, resources, full_state)
+        state = attrs.evolve(state, resources=resources, errors=errors)
         if invalid:
             return self._reject(state, response, "; ".join(invalid.values()))
         state = attrs.evolve(
@@ -245,3 +259,27 @@ def _index(response: DiscoveryResponse) -> tuple[dict[str, Resource], str | None
     if strays:
         return by_name, f"resource type {min(strays)} does not match response type {type_url}"
     return by_name, None
+
+
+def _errors(
+    state: SotwClientTypeState,
+    response: DiscoveryResponse,
+    resources: Mapping[str, Resource],
+    full_state: bool,
+) -> Mapping[str, ErrorDetail]:
+    """The errors after ``response``: its own for watched names, plus (for per-resource
+    types) the earlier ones of names still watched and still without a resource."""
+    subscription = state.subscription
+    kept = {} if full_state else dict(state.errors)
+    kept.update(
+        {
+            error.name: ErrorDetail(code=error.code, message=error.message)
+            for error in response.resource_errors
+            if subscription.wants(error.name)
+        }
+    )
+    return {
+        name: detail
+        for name, detail in kept.items()
+        if name not in resources and subscription.wants(name)
+    }

@@ -45,16 +45,27 @@ Rules, in the order :meth:`~SotwServer.receive` applies them:
 current selection when nothing is in flight, it differs from the rejected version, and it
 differs from what the client holds or a response is owed. LDS, CDS and SRDS selections are
 full state: all their resources, every time.
+
+For a client that reads TTLs and wrapped entries (:class:`~xdscore.protocol.ClientFeatures`),
+resources with a TTL are sent wrapped in ``envoy.service.discovery.v3.Resource``
+(``SotwResponse.wrapped``; the wrapped body is shared like the plain one). Its heartbeat
+(:meth:`~SotwServer.heartbeat`) repeats the held selection, bodies included, at the held
+version: a body-less SotW entry is not a TTL refresh for Envoy (its SotW client sets TTLs
+only from the resources it applies, and leaves body-less entries out of the state it
+applies, which for listeners and clusters would delete them). For LDS, CDS and SRDS the
+heartbeat is all or nothing, since a SotW response of those types is the whole state: a
+type with a quiet resource gets none. Other types repeat only their non-quiet resources with
+a TTL, and the client's acknowledgement leaves what it is known to hold unchanged.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from types import MappingProxyType
 
 import attrs
 
-from ..wire._records import DiscoveryRequest, ErrorDetail
+from ..wire._records import DiscoveryRequest, ErrorDetail, ResourceError
 from ..wire._resource import Resource
 from ..wire._typeurls import TypeInfo, type_info
 from ._events import Event, ResponseAcked, ResponseNacked, StaleNonceSeen, SubscriptionChanged
@@ -63,12 +74,13 @@ from ._limits import StreamLimits, check_names, check_subscribed, check_type_cou
 from ._machine import ServerMachine
 from ._ordering import Holding, plan
 from ._state import Effect, Input, Phase, classify, step
-from ._subscription import NOTHING, Subscription
+from ._subscription import NO_NAMES, NOTHING, RequestedNames, Subscription
 from ._view import ResourceView, Selection
 
 __all__ = ["SotwResponse", "SotwServer", "SotwTypeState"]
 
 _NOTHING: Mapping[str, Resource] = MappingProxyType({})
+_NO_REASONS: Mapping[str, str] = MappingProxyType({})
 
 
 @attrs.frozen(kw_only=True)
@@ -79,6 +91,13 @@ class SotwResponse:
     version_info: str
     nonce: str
     selection: Selection
+    wrapped: bool = False
+    """Encode the resources that have a TTL wrapped, with it (``Selection.sotw_wrapped_body``)."""
+    heartbeat: bool = False
+    """A heartbeat: the held version again, to restart the client's TTLs."""
+    errors: tuple[ResourceError, ...] = ()
+    """``resource_errors``: names asked for that are not sent, and why (for clients that
+    read them)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -87,8 +106,9 @@ class SotwTypeState:
 
     subscription: Subscription
     phase: Phase = Phase.REQUESTED
-    requested: tuple[str, ...] = ()
-    """The ``resource_names`` of the last request, to skip re-reading an unchanged list."""
+    listed: RequestedNames = attrs.field(default=NO_NAMES, repr=False)
+    """The ``resource_names`` of the last request, to skip re-reading an unchanged list
+    (shared by every stream that sent the same list)."""
     held_version: str | None = None
     held: Selection | None = None
     rejected_version: str | None = None
@@ -98,6 +118,11 @@ class SotwTypeState:
     owed: bool = False
     acks: int = 0
     nacks: int = 0
+
+    @property
+    def requested(self) -> tuple[str, ...]:
+        """The ``resource_names`` of the last request."""
+        return self.listed.names
 
 
 class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
@@ -119,6 +144,11 @@ class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
         )
         self._warming: frozenset[str] = frozenset()
         """Types owed an answer because a type that warms on them was just sent (ADS)."""
+        self._authorized: dict[
+            str, tuple[Selection, Subscription, Selection, Mapping[str, str]]
+        ] = {}
+        """Per type, the last selection the view gave and for which subscription, what of
+        it the client may have, and the denied names with their reasons."""
 
     def _holding(self, state: SotwTypeState) -> Holding:
         held = state.held.resources if state.held is not None else _NOTHING
@@ -166,7 +196,7 @@ class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
                 state = attrs.evolve(
                     state,
                     held_version=outstanding.version_info,
-                    held=outstanding.selection,
+                    held=state.held if outstanding.heartbeat else outstanding.selection,
                     rejected_version=None,
                     outstanding=None,
                     acks=state.acks + 1,
@@ -183,12 +213,15 @@ class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
                 assert request.error_detail is not None
                 state = attrs.evolve(
                     state,
-                    held_version=None,
-                    rejected_version=outstanding.version_info,
                     last_error=request.error_detail,
                     outstanding=None,
                     nacks=state.nacks + 1,
                 )
+                if not outstanding.heartbeat:
+                    # (A rejected heartbeat repeated what the client holds: it still does.)
+                    state = attrs.evolve(
+                        state, held_version=None, rejected_version=outstanding.version_info
+                    )
                 events.append(
                     ResponseNacked(
                         type_url=type_url,
@@ -220,7 +253,7 @@ class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
         subscription = Subscription.sotw(
             previous, request.resource_names, wildcard_capable=info.wildcard_capable
         )
-        state = attrs.evolve(state, requested=request.resource_names)
+        state = attrs.evolve(state, listed=RequestedNames.of(request.resource_names))
         if not first and subscription == previous:
             return state
         check_subscribed(len(subscription.names), self._limits)
@@ -238,11 +271,41 @@ class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
         )
         return attrs.evolve(state, subscription=subscription)
 
+    def selection(self, type_url: str, view: ResourceView | None) -> Selection | None:
+        """What this stream's client would be sent of ``type_url`` now: the view's selection
+        for its subscription, less what the resource policy denies (``None``: the type was
+        not asked for, or the view does not serve it)."""
+        state = self._types.get(type_url)
+        if state is None or view is None:
+            return None
+        return self._select(type_url, state, view)[0]
+
+    def _select(
+        self, type_url: str, state: SotwTypeState, view: ResourceView
+    ) -> tuple[Selection | None, Mapping[str, str]]:
+        """What the view selects for the subscription, less what the client may not have
+        (with the reasons, by name; see ``use_authorization``)."""
+        selection = view.select(type_url, state.subscription)
+        if selection is None or self._deny is None:
+            return selection, _NO_REASONS
+        memo = self._authorized.get(type_url)
+        if memo is not None and memo[0] is selection and memo[1] == state.subscription:
+            return memo[2], memo[3]
+        deny = self._deny
+        names = set(selection.resources) | state.subscription.names
+        denied = {name: reason for name in names if (reason := deny(type_url, name)) is not None}
+        allowed = selection
+        if denied.keys() & selection.resources.keys():
+            kept = {n: r for n, r in selection.resources.items() if n not in denied}
+            allowed = Selection.of(type_url, kept, selection.subscription)
+        self._authorized[type_url] = (selection, state.subscription, allowed, denied)
+        return allowed, denied
+
     def _respond(self, type_url: str, view: ResourceView) -> SotwResponse | None:
         state = self._types[type_url]
         if state.outstanding is not None:
             return None
-        selection = view.select(type_url, state.subscription)
+        selection, denied = self._select(type_url, state, view)
         if selection is None:
             return None
         canonical = selection.subscription
@@ -251,6 +314,7 @@ class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
             # memo key), so later look-ups compare by identity instead of by content.
             state = attrs.evolve(state, subscription=canonical)
             self._types[type_url] = state
+        errors = self._sotw_errors(state.subscription, selection, denied)
         if state.held is None and state.held_version == selection.version:
             state = attrs.evolve(state, held=selection)
             self._types[type_url] = state
@@ -266,22 +330,97 @@ class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
             return None
         if not owed and selection.version == state.held_version:
             return None
-        move = step("sotw", type_url, state.phase, Input.RESPOND)
-        response = SotwResponse(
-            type_url=type_url,
-            version_info=selection.version,
-            nonce=self._nonce_source(),
-            selection=selection,
-        )
-        self._types[type_url] = attrs.evolve(
-            state, phase=move.next, outstanding=response, latest_nonce=response.nonce, owed=False
-        )
+        response = self._send(state, selection, selection.version, errors=errors)
         if self.aggregated:
             warms_on = type_info(type_url).warms_on
             self._warming -= {type_url}
             if warms_on is not None:
                 self._warming |= {warms_on}
         return response
+
+    def _sotw_errors(
+        self, subscription: Subscription, selection: Selection, denied: Mapping[str, str]
+    ) -> tuple[ResourceError, ...]:
+        """The errors for the names asked for that ``selection`` (what the view has, less
+        what is denied) does not carry."""
+        if not self.features.resource_errors:
+            return ()
+        absent: dict[str, str | None] = {
+            name: denied.get(name) for name in subscription.names if name not in selection.resources
+        }
+        return self._resource_errors(absent, subscription)
+
+    def _send(
+        self,
+        state: SotwTypeState,
+        selection: Selection,
+        version: str,
+        *,
+        heartbeat: bool = False,
+        errors: tuple[ResourceError, ...] = (),
+    ) -> SotwResponse:
+        """Put ``selection`` in flight at ``version``."""
+        type_url = selection.type_url
+        move = step("sotw", type_url, state.phase, Input.RESPOND)
+        response = SotwResponse(
+            type_url=type_url,
+            version_info=version,
+            nonce=self._nonce_source(),
+            selection=selection,
+            wrapped=self.features.sotw_ttl and selection.shortest_ttl is not None,
+            heartbeat=heartbeat,
+            errors=errors,
+        )
+        self._types[type_url] = attrs.evolve(
+            state,
+            phase=move.next,
+            outstanding=response,
+            latest_nonce=response.nonce,
+            owed=False,
+        )
+        return response
+
+    def _beat(
+        self, type_url: str, view: ResourceView, quiet: Collection[tuple[str, str]]
+    ) -> SotwResponse | None:
+        state = self._types[type_url]
+        if not self.features.sotw_ttl or state.outstanding is not None or state.owed:
+            return None
+        if state.held is None or state.held_version is None:
+            return None
+        selection = self._select(type_url, state, view)[0]
+        if selection is None or selection.version != state.held_version:
+            return None  # a change is due instead, which restarts the TTLs
+        if selection.shortest_ttl is None:
+            return None
+        beating = {
+            name: resource
+            for name, resource in selection.resources.items()
+            if resource.ttl is not None and (type_url, name) not in quiet
+        }
+        if type_info(type_url).sotw_full_state:
+            if len(beating) < sum(1 for r in selection.resources.values() if r.ttl is not None):
+                return None
+        elif not beating:
+            return None
+        elif len(beating) < len(selection):
+            selection = Selection.of(type_url, beating)
+        return self._send(state, selection, state.held_version, heartbeat=True)
+
+    def _ttl(self, state: SotwTypeState) -> float | None:
+        if not self.features.sotw_ttl:
+            return None
+        outstanding = state.outstanding
+        selections = (state.held, outstanding.selection if outstanding is not None else None)
+        ttls = [
+            ttl
+            for selection in selections
+            if selection is not None and (ttl := selection.shortest_ttl) is not None
+        ]
+        return min(ttls) if ttls else None
+
+    def _owe(self, state: SotwTypeState, names: frozenset[str]) -> SotwTypeState:
+        return attrs.evolve(state, owed=True)
 
     def _make_before_break(
         self, type_url: str, desired: Selection, held: Selection | None, view: ResourceView

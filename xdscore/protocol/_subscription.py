@@ -10,15 +10,27 @@ Rules (xds_protocol "How the client specifies what resources to return"):
 * Once any name (``*`` included) was subscribed, the legacy meaning is gone for good on the
   stream: an empty SotW list, or unsubscribing every name in Delta, means "nothing".
 * For types that are not wildcard-capable an empty subscription always means "nothing".
+
+Collections (xRFC TP1 "Glob"): a subscribed ``xdstp://`` name whose id ends in ``/*`` (or is
+``*``) is a glob: it wants every resource whose canonical name is in that collection (same
+authority, type, id prefix and context parameters; :func:`~xdscore.wire._names.collection_of`),
+now and later, next to any names of the same collection subscribed to one by one. A glob
+stays in ``names`` (so it is unsubscribed like a name) and is listed in ``collections``.
+``implied`` holds collections the server watches for the client without the client naming
+them: the namespaces (``route_0/*``) of the route configurations with VHDS sent on an ADS
+stream, which Envoy's VHDS watch matches although its request names nothing.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable
 
 import attrs
 
-__all__ = ["EVERYTHING", "NOTHING", "WILDCARD", "Subscription"]
+from ..wire._names import collection_of, is_glob
+
+__all__ = ["EVERYTHING", "NOTHING", "NO_NAMES", "WILDCARD", "RequestedNames", "Subscription"]
 
 WILDCARD = "*"
 
@@ -34,15 +46,27 @@ class Subscription:
     names: frozenset[str] = frozenset()
     wildcard: bool = False
     legacy: bool = False
+    implied: frozenset[str] = frozenset()
+    collections: frozenset[str] = attrs.field(init=False, eq=False, repr=False)
+    """The glob collections subscribed to: the globs among ``names``, and ``implied``."""
+
+    @collections.default
+    def _collections(self) -> frozenset[str]:
+        globs = frozenset(name for name in self.names if is_glob(name))
+        return globs | self.implied if self.implied else globs
 
     def wants(self, name: str) -> bool:
         """Whether a resource called ``name`` belongs to this subscription."""
-        return self.wildcard or name in self.names
+        return (
+            self.wildcard
+            or name in self.names
+            or (bool(self.collections) and collection_of(name) in self.collections)
+        )
 
     @property
     def empty(self) -> bool:
         """True when the client wants nothing of this type."""
-        return not self.wildcard and not self.names
+        return not self.wildcard and not self.names and not self.implied
 
     @classmethod
     def sotw(
@@ -57,7 +81,9 @@ class Subscription:
         if not names:
             legacy = wildcard_capable and (previous is None or previous.legacy)
             return _LEGACY_WILDCARD if legacy else NOTHING
-        return cls(names - {WILDCARD}, wildcard=WILDCARD in names, legacy=False)
+        if previous is not None and not previous.wildcard and names == previous.names:
+            return previous
+        return _shared(names - {WILDCARD}, wildcard=WILDCARD in names, legacy=False)
 
     @classmethod
     def delta_initial(
@@ -93,7 +119,24 @@ class Subscription:
             wildcard = False
             legacy = False
         names = (self.names | added) - removed - {WILDCARD}
-        return Subscription(frozenset(names), wildcard=wildcard, legacy=legacy)
+        return _shared(frozenset(names), wildcard=wildcard, legacy=legacy, implied=self.implied)
+
+
+_Key = tuple[frozenset[str], bool, bool, frozenset[str]]
+_LIVE: weakref.WeakValueDictionary[_Key, Subscription] = weakref.WeakValueDictionary()
+"""Every subscription some stream holds, by value: streams that ask the same share one
+object (its names and their strings, held once however many streams hold it), and equal
+subscriptions compare by identity first."""
+
+
+def _shared(
+    names: frozenset[str], *, wildcard: bool, legacy: bool, implied: frozenset[str] = frozenset()
+) -> Subscription:
+    key = (names, wildcard, legacy, implied)
+    found = _LIVE.get(key)
+    if found is None:
+        found = _LIVE[key] = Subscription(names, wildcard=wildcard, legacy=legacy, implied=implied)
+    return found
 
 
 EVERYTHING = Subscription(frozenset(), wildcard=True)
@@ -101,3 +144,28 @@ EVERYTHING = Subscription(frozenset(), wildcard=True)
 NOTHING = Subscription(frozenset(), wildcard=False, legacy=False)
 """No resource of the type."""
 _LEGACY_WILDCARD = Subscription(frozenset(), wildcard=True, legacy=True)
+
+
+class RequestedNames:
+    """A request's names, as listed (order and repeats kept), held once for every stream
+    whose last request listed the same: at large subscriptions a copy per stream adds up."""
+
+    __slots__ = ("__weakref__", "names")
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self.names = names
+
+    @classmethod
+    def of(cls, names: tuple[str, ...]) -> RequestedNames:
+        """The one object for ``names``."""
+        found = _LISTED.get(names)
+        if found is None:
+            found = _LISTED[names] = cls(names)
+        return found
+
+
+_LISTED: weakref.WeakValueDictionary[tuple[str, ...], RequestedNames] = (
+    weakref.WeakValueDictionary()
+)
+NO_NAMES = RequestedNames.of(())
+"""An empty list of names."""

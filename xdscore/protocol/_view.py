@@ -16,6 +16,7 @@ from typing import Protocol
 import attrs
 
 from ..wire._framing import string_field
+from ..wire._names import collection_of
 from ..wire._resource import VERSION_BYTES, Resource
 from ..wire._typeurls import type_info
 from ._subscription import Subscription
@@ -66,10 +67,40 @@ class Selection:
         return False
 
     @functools.cached_property
+    def collections(self) -> Mapping[str, tuple[str, ...]]:
+        """The names of this selection by the glob collection each is in (see
+        :func:`~xdscore.wire._names.collection_of`); built on first use, shared by streams."""
+        index: dict[str, list[str]] = {}
+        for name in self.resources:
+            collection = collection_of(name)
+            if collection is not None:
+                index.setdefault(collection, []).append(name)
+        return {collection: tuple(names) for collection, names in index.items()}
+
+    @functools.cached_property
     def sotw_body(self) -> bytes:
         """The ``resources`` and ``type_url`` fields of a SotW response, shared by all streams."""
         entries = b"".join(resource.sotw_entry for resource in self.resources.values())
         return entries + string_field(4, self.type_url)
+
+    @functools.cached_property
+    def sotw_wrapped_body(self) -> bytes:
+        """:attr:`sotw_body` with every resource that has a TTL wrapped in
+        ``envoy.service.discovery.v3.Resource`` (carrying the TTL), for clients that read
+        wrapped entries and TTLs; shared by all such streams."""
+        if self.shortest_ttl is None:
+            return self.sotw_body
+        entries = b"".join(
+            resource.sotw_entry if resource.ttl is None else resource.sotw_wrapped_entry
+            for resource in self.resources.values()
+        )
+        return entries + string_field(4, self.type_url)
+
+    @functools.cached_property
+    def shortest_ttl(self) -> float | None:
+        """The smallest TTL of the selected resources (``None``: none has a TTL)."""
+        ttls = [r.ttl for r in self.resources.values() if r.ttl is not None]
+        return min(ttls) if ttls else None
 
 
 class ResourceView(Protocol):

@@ -1,7 +1,7 @@
 """The server runtime on anyio: the stream registry, the stream driver and callbacks."""
 
 from ._admission import PushSlots, ServerLimits
-from ._authorization import Authorizer, PeerIdentity, SpiffeNodePolicy
+from ._authorization import Authorizer, PeerIdentity, ResourceAuthorizer, SpiffeNodePolicy
 from ._callbacks import ServerCallbacks, StreamInfo
 from ._catch_up import DEFAULT_CATCH_UP_TIMEOUT, CatchUp
 from ._driver import ByteStream, ClientDriver, OnResponse, ServerDriver
@@ -16,6 +16,7 @@ __all__ = [
     "REBALANCE_MESSAGE",
     "ActiveStream",
     "Authorizer",
+    "ResourceAuthorizer",
     "ByteStream",
     "CatchUp",
     "ClientDriver",

@@ -5,7 +5,8 @@ runtime, which shows it in :class:`~xdscore.StreamInfo` and status. An :data:`Au
 runs once per stream, when the first request names the node and before anything is sent:
 it returns ``None`` to allow the stream, or the reason it is denied, which ends the stream
 with PERMISSION_DENIED. :class:`SpiffeNodePolicy` is the built-in one: the node id (or
-``node.cluster``) must be what a template makes of the certificate's SPIFFE ID.
+``node.cluster``) must be what a template makes of the certificate's SPIFFE ID. A
+:data:`ResourceAuthorizer` decides, within an allowed stream, resource by resource.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from ..wire._records import Node
 if TYPE_CHECKING:
     from ._callbacks import StreamInfo
 
-__all__ = ["Authorizer", "PeerIdentity", "SpiffeNodePolicy"]
+__all__ = ["Authorizer", "PeerIdentity", "ResourceAuthorizer", "SpiffeNodePolicy"]
 
 
 @attrs.frozen(kw_only=True)
@@ -43,6 +44,14 @@ class PeerIdentity:
 Authorizer = Callable[["StreamInfo", Node], "str | None"]
 """Given the stream (``identity`` set when TLS verified a client certificate) and the node
 its first request names: ``None`` to allow, or why the stream is denied."""
+
+ResourceAuthorizer = Callable[["StreamInfo", str, str], "str | None"]
+"""Given the stream (its node known), a type URL and a resource name: ``None`` if the
+stream's client may have that resource, or why not. The resource is then withheld, and a
+client that reads ``resource_errors`` and asked for it by name is told PERMISSION_DENIED
+with the reason. Called once per name and selection; it must answer the same for the same
+name for as long as the stream lasts (a changed answer takes effect only with the next
+change to what the cache selects)."""
 
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 

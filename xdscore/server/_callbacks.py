@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from ..protocol._events import Event, ResponseAcked, ResponseNacked
+from ..protocol._features import ClientFeatures
 from ..wire._records import DeltaDiscoveryRequest, DiscoveryRequest, Node
 from ._authorization import PeerIdentity
 
@@ -34,6 +35,8 @@ class StreamInfo:
     """``time.time()`` when the stream opened."""
     identity: PeerIdentity | None = None
     """The client certificate's identity, when TLS verified one."""
+    features: ClientFeatures | None = None
+    """The optional encodings the stream uses, from the node (set with ``node``)."""
 
     @property
     def aggregated(self) -> bool:

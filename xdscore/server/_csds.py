@@ -113,7 +113,8 @@ def _report(status: TypeStatus, resource: ResourceStatus) -> ResourceReport:
 def _missing(
     status: TypeStatus, reported: set[str], view: ResourceView | None
 ) -> list[ResourceReport]:
-    """Names the client asked for by name that the server does not have."""
+    """Names the client asked for by name that the server does not have (a glob collection
+    is no resource: its members are reported as what the client wants)."""
     resources = view.resources(status.type_url) if view is not None else None
     if resources is None:
         return []
@@ -126,6 +127,6 @@ def _missing(
             client_status="DOES_NOT_EXIST",
             last_updated=status.sent_at,
         )
-        for name in sorted(status.subscription.names)
+        for name in sorted(status.subscription.names - status.subscription.collections)
         if name not in resources and name not in reported
     ]

@@ -37,7 +37,9 @@ from ..protocol._events import (
     StaleNonceSeen,
     SubscriptionChanged,
 )
+from ..protocol._features import ASSUMED_FEATURES, ClientFeatures
 from ..protocol._follow import Follower
+from ..protocol._machine import Deny
 from ..protocol._sotw_client import SotwClient
 from ..protocol._sotw_server import SotwResponse
 from ..protocol._state import Phase, ProtocolName
@@ -51,9 +53,10 @@ from ..wire._records import (
     Node,
 )
 from ._admission import PushSlots
-from ._authorization import Authorizer
+from ._authorization import Authorizer, ResourceAuthorizer
 from ._callbacks import ServerCallbacks, StreamInfo
 from ._catch_up import CatchUp, presents_unknown
+from ._heartbeat import DEFAULT_HEARTBEAT_FRACTION, HeartbeatSchedule
 from ._metrics import Metrics, type_label
 from ._pacer import Pacer
 from ._status import NackRecord, TypeRecord
@@ -72,6 +75,7 @@ __all__ = [
     "checked",
     "describe",
     "forget_frames",
+    "resource_policy",
 ]
 
 log = logging.getLogger("xdscore.server")
@@ -116,6 +120,18 @@ class ServerMachine(Protocol[_Request_in, _Response_out]):
         self, view: ResourceView | None, only: Collection[str] | None = None
     ) -> Sequence[_Response_out]: ...
 
+    def heartbeat(
+        self, view: ResourceView | None, *, quiet: Collection[tuple[str, str]] = ()
+    ) -> Sequence[_Response_out]: ...
+
+    def shortest_ttl(self) -> float | None: ...
+
+    def refresh(self, type_url: str, names: Collection[str]) -> None: ...
+
+    def use_features(self, features: ClientFeatures) -> None: ...
+
+    def use_authorization(self, deny: Deny | None) -> None: ...
+
     def type_states(self) -> Mapping[str, _Phased]: ...
 
 
@@ -153,8 +169,8 @@ async def _run_pair(
 
     try:
         async with anyio.create_task_group() as group:
-            group.start_soon(run, reader, group)
             group.start_soon(run, writer, group)
+            await run(reader, group)  # in this task: one task fewer per stream
     except* StreamClosed:
         pass
     except* ProtocolError as errors:
@@ -204,11 +220,13 @@ class ServerCodec(Generic[_Request, _Response]):
 
 
 def _encode_sotw(response: SotwResponse, control_plane: str) -> tuple[bytes, ...]:
+    selection = response.selection
     return _codec.sotw_response_parts(
         version_info=response.version_info,
         nonce=response.nonce,
-        body=response.selection.sotw_body,
+        body=selection.sotw_wrapped_body if response.wrapped else selection.sotw_body,
         control_plane=control_plane,
+        errors=response.errors,
     )
 
 
@@ -220,6 +238,9 @@ def _encode_delta(response: DeltaResponse, control_plane: str) -> tuple[bytes, .
         resources=response.resources,
         removed=response.removed,
         control_plane=control_plane,
+        ttl=response.ttl,
+        heartbeat=response.heartbeat,
+        errors=response.errors,
     )
 
 
@@ -249,6 +270,14 @@ class ServerDriver(Generic[_Request, _Response]):
     its side does not end the stream: the server goes on pushing until it leaves. The driver
     keeps each type's :class:`~xdscore.server.TypeRecord` in ``records`` and, given
     ``metrics``, records pushes, answers and convergence times.
+
+    The first request's node says, with ``assumed_features`` (by user agent), which optional
+    encodings the client reads (:class:`~xdscore.protocol.ClientFeatures`); the driver hands
+    them to the machine. While the client holds resources with a TTL it sends heartbeats
+    every ``heartbeat_fraction`` of the shortest one (0: never), except for the
+    ``(type_url, name)`` pairs in ``quiet_heartbeats`` (a live set). ``authorize_resource``
+    decides, per resource, what the stream's client may have (see
+    :data:`~xdscore.server.ResourceAuthorizer`).
     """
 
     def __init__(
@@ -271,6 +300,10 @@ class ServerDriver(Generic[_Request, _Response]):
         pacer: Pacer | None = None,
         catch_up: CatchUp | None = None,
         catch_up_timeout: float = 0.0,
+        assumed_features: Mapping[str, Collection[str]] = ASSUMED_FEATURES,
+        heartbeat_fraction: float = DEFAULT_HEARTBEAT_FRACTION,
+        quiet_heartbeats: Collection[tuple[str, str]] = (),
+        authorize_resource: ResourceAuthorizer | None = None,
     ) -> None:
         self.machine = machine
         self.info = info
@@ -290,6 +323,11 @@ class ServerDriver(Generic[_Request, _Response]):
         self._pacer = pacer
         self._catch_up = catch_up
         self._catch_up_timeout = catch_up_timeout
+        self._assumed = assumed_features
+        self._authorize_resource = authorize_resource
+        self._heartbeats = HeartbeatSchedule(heartbeat_fraction, quiet_heartbeats, time.monotonic)
+        self._beat_nonces: set[str] = set()
+        """The nonces of the heartbeats in flight."""
         self._requested = False
         """A request arrived since the write task last looked: answer it at once."""
         self._polled = (-1.0, -1.0)
@@ -373,23 +411,34 @@ class ServerDriver(Generic[_Request, _Response]):
             if data is None:
                 await self._peer_gone()
                 return
-            request = self._codec.decode(checked(data, self._limit, "request"))
-            call_back(self._callbacks.on_request, self.info, request)
-            if self._catch_up is not None:
-                await self._wait_for_store(request)
-            for event in self.machine.receive(request):
-                if isinstance(event, NodeIdentified):
-                    self.info.node = event.node
-                    _log_open(self.info)
-                    self._check_allowed(event.node)
-                    self._cancel_watch = self._cache.watch(event.node, self._cache_changed)
-                self._record(event)
-                self._dispatch(event)
-            if not self.synced:
-                self._check_synced()
-            self._requested = True
-            self._wake.set()
+            await self._apply(data)
+            # Nothing of the request stays referenced while the next one is awaited (its
+            # names would be held once per stream).
+            del data
             data = await self._stream.receive()
+
+    async def _apply(self, data: bytes) -> None:
+        request = self._codec.decode(checked(data, self._limit, "request"))
+        call_back(self._callbacks.on_request, self.info, request)
+        if self._catch_up is not None:
+            await self._wait_for_store(request)
+        events = self.machine.receive(request)
+        for event in events:
+            if isinstance(event, NodeIdentified):
+                self.info.node = event.node
+                self.info.features = ClientFeatures.of(event.node, self._assumed)
+                self.machine.use_features(self.info.features)
+                _log_open(self.info)
+                self._check_allowed(event.node)
+                self.machine.use_authorization(resource_policy(self._authorize_resource, self.info))
+                self._cancel_watch = self._cache.watch(event.node, self._cache_changed)
+            self._record(event)
+            self._dispatch(event)
+        if not self.synced:
+            self._check_synced()
+        if not self._answers_heartbeats(events):
+            self._requested = True  # answer at once, whatever is settling
+        self._wake.set()
 
     async def _wait_for_store(self, request: Any) -> None:
         """Before the first request of a type that presents versions this replica does not
@@ -415,11 +464,38 @@ class ServerDriver(Generic[_Request, _Response]):
 
     async def _write(self) -> None:
         while not self._finished():
-            await self._wake.wait()
+            await self._wait()
             more = True
             while more and not self._finished():
                 only, more = await self._next_round()
                 await self._push(only)
+
+    def _answers_heartbeats(self, events: Sequence[Event]) -> bool:
+        """Whether ``events`` are only the ACKs or NACKs of heartbeats: nothing to answer at
+        once (such a request must not push a burst of changes before it settles)."""
+        nonces = self._beat_nonces
+        answered = [e.nonce for e in events if isinstance(e, ResponseAcked | ResponseNacked)]
+        if not answered or len(answered) != len(events):
+            nonces.difference_update(answered)
+            return False
+        beats = all(nonce in nonces for nonce in answered)
+        nonces.difference_update(answered)
+        return beats
+
+    async def _wait(self) -> None:
+        """Until woken, or until the next heartbeat is due."""
+        wait = self._heartbeats.wait()
+        if wait is None:
+            await self._wake.wait()
+            return
+        with anyio.move_on_after(wait):
+            await self._wake.wait()
+
+    def refresh(self, type_url: str, names: Collection[str]) -> None:
+        """Send ``names`` of ``type_url`` in full again, soon (see ``machine.refresh``)."""
+        self.machine.refresh(type_url, names)
+        self._requested = True
+        self._wake.set()
 
     def finish(self, *, now: bool = False) -> None:
         """End the stream cleanly between two responses: once the client has answered every
@@ -451,8 +527,14 @@ class ServerDriver(Generic[_Request, _Response]):
             if fast_due and now >= pacer.settles(fast=True):
                 self._polled = (now, self._polled[1])
                 return pacer.fast_types, slow_due
+            if self._heartbeats.due():
+                # Heartbeats do not wait for a burst to settle: they send nothing it changed.
+                await self._push(())
+                continue
             ends = [pacer.settles(fast=True)] if fast_due else []
             ends += [pacer.settles(fast=False)] if slow_due else []
+            beat = self._heartbeats.wait()
+            ends += [now + beat] if beat is not None else []
             with anyio.move_on_after(min(ends) - now):
                 await self._wake.wait()
         self._requested = False
@@ -461,23 +543,35 @@ class ServerDriver(Generic[_Request, _Response]):
         return None, False
 
     async def _push(self, only: Collection[str] | None) -> None:
-        """Send what the machine says is due now (of ``only``, if given)."""
+        """Send what the machine says is due now (of ``only``, if given; ``()``: heartbeats
+        only, which leaves any cache change for the round that sends it)."""
         node = self.info.node
         started = time.monotonic()
-        changed, self._changed_at = self._changed_at, None
+        if only is not None and not only:
+            changed = None
+        else:
+            changed, self._changed_at = self._changed_at, None
         sent: set[str] = set()
         await self._slots.acquire(syncing=not self.synced)
         held = True
         try:
             view = self._cache.view(node) if node is not None else None
-            for response in self.machine.poll(view, only):
+            responses = list(self.machine.poll(view, only))
+            beat = self._heartbeats.due()
+            if beat:
+                responses += self.machine.heartbeat(view, quiet=self._heartbeats.quiet)
+            for response in responses:
                 data = self._codec.encode(response, self._control_plane)
-                if held and not _writable(self._stream, _size(data)):
+                size = sum(map(len, data))
+                if held and not _writable(self._stream, size):
                     # The client is not reading: nobody else waits for it.
                     self._slots.release()
                     held = False
-                sent.add(await self._send(response, data, changed, started))
+                sent.add(await self._send(response, data, size, changed, started))
                 del data
+            del responses
+            if beat:
+                self._heartbeats.beaten(self.machine.shortest_ttl())
             # Nothing of this round stays referenced while the stream waits: not the view,
             # not an encoded response (one per idle stream would add up).
             del view
@@ -487,13 +581,23 @@ class ServerDriver(Generic[_Request, _Response]):
         self._follow_change(changed, sent)
 
     async def _send(
-        self, response: _Response, data: tuple[bytes, ...], changed: float | None, started: float
+        self,
+        response: _Response,
+        data: tuple[bytes, ...],
+        size: int,
+        changed: float | None,
+        started: float,
     ) -> str:
-        """Write one response (encoded as ``data``) and record it; its type URL."""
+        """Write one response (encoded as ``data``, ``size`` bytes) and record it; its type
+        URL."""
         metrics = self._metrics
         type_url, version, nonce = _identity(response)
-        # Before the write: the client's answer may be read before this task resumes.
-        since = self._waiting.pop(type_url, changed)
+        beats = _heartbeats(response)
+        if beats:
+            self._beat_nonces.add(nonce)
+        # Before the write: the client's answer may be read before this task resumes. A
+        # heartbeat carries no cache change: its type stays waiting for the one that does.
+        since = None if beats else self._waiting.pop(type_url, changed)
         if since is not None:
             self._carrying[type_url] = since
         self._in_flight.add(type_url)
@@ -507,10 +611,15 @@ class ServerDriver(Generic[_Request, _Response]):
         record = self._records_for(type_url)
         record.sent_version, record.sent_nonce = version, nonce
         record.sent_at = time.time()
+        if beats or _carries_ttl(response):
+            self._heartbeats.held(self.machine.shortest_ttl())
         if metrics is not None:
             metrics.push_seconds(type_url).observe(time.monotonic() - started)
             metrics.responses(type_url).inc()
-            metrics.response_bytes(type_url).inc(_size(data))
+            metrics.response_bytes(type_url).inc(size)
+            if beats:
+                metrics.heartbeats(type_url).inc()
+                metrics.heartbeat_resources(type_url).inc(beats)
         call_back(self._callbacks.on_response, self.info, response)
         return type_url
 
@@ -582,10 +691,6 @@ class ServerDriver(Generic[_Request, _Response]):
             call_back(self._callbacks.on_nack, self.info, event)
 
 
-def _size(parts: tuple[bytes, ...]) -> int:
-    return sum(map(len, parts))
-
-
 async def _write(stream: ByteStream, parts: tuple[bytes, ...]) -> None:
     """Write one message given as ``parts``, joined only for a transport that needs it."""
     send_parts = getattr(stream, "send_parts", None)
@@ -600,6 +705,29 @@ def _writable(stream: ByteStream, size: int) -> bool:
     (streams that cannot tell are taken to be writable)."""
     writable = getattr(stream, "writable", None)
     return True if writable is None else bool(writable(size))
+
+
+def resource_policy(hook: ResourceAuthorizer | None, info: StreamInfo) -> Deny | None:
+    """``hook`` for one stream, as its machine asks: by type URL and name."""
+    if hook is None:
+        return None
+    return lambda type_url, name: hook(info, type_url, name)
+
+
+def _carries_ttl(response: Any) -> bool:
+    """Whether ``response`` sends a resource with a TTL."""
+    if isinstance(response, SotwResponse):
+        return response.selection.shortest_ttl is not None
+    return any(resource.ttl is not None for resource in response.resources)
+
+
+def _heartbeats(response: Any) -> int:
+    """How many resources ``response`` heartbeats (0: it is no heartbeat)."""
+    if not getattr(response, "heartbeat", False):
+        return 0
+    if isinstance(response, SotwResponse):
+        return len(response.selection)
+    return len(response.resources)
 
 
 def _identity(response: Any) -> tuple[str, str, str]:
@@ -623,7 +751,7 @@ def _log_open(info: StreamInfo) -> None:
     node = info.node
     assert node is not None
     log.info(
-        "stream %d opened: node=%s cluster=%s peer=%s mode=%s agent=%s/%s",
+        "stream %d opened: node=%s cluster=%s peer=%s mode=%s agent=%s/%s features=%s",
         info.id,
         node.id,
         node.cluster,
@@ -631,7 +759,18 @@ def _log_open(info: StreamInfo) -> None:
         describe(info),
         node.user_agent_name or "?",
         node.user_agent_version or "?",
+        _feature_names(info.features),
     )
+
+
+def _feature_names(features: ClientFeatures | None) -> str:
+    """The optional encodings a stream uses, for its log line (``-``: none)."""
+    if features is None:
+        return "-"
+    names = [
+        name for name in ("ttl", "resource_in_sotw", "resource_errors") if getattr(features, name)
+    ]
+    return ",".join(names) or "-"
 
 
 def call_back(method: Callable[..., None], *args: Any) -> None:

@@ -35,13 +35,14 @@ from typing import TYPE_CHECKING
 import attrs
 
 from .._errors import GrpcStatus, ProtocolError, RemoteProtocolError
+from ..protocol._features import ClientFeatures
 from ..protocol._sotw_server import SotwServer
 from ..wire._codec import decode_request
 from ..wire._typeurls import type_info
 from ._authorization import PeerIdentity
 from ._callbacks import StreamInfo
 from ._catch_up import presents_unknown
-from ._driver import SOTW, call_back, checked, describe
+from ._driver import SOTW, call_back, checked, describe, resource_policy
 from ._metrics import type_label
 
 if TYPE_CHECKING:
@@ -122,6 +123,9 @@ async def _answer(server: XdsServer, data: bytes, info: StreamInfo) -> tuple[byt
     node = machine.node
     assert node is not None
     info.node = node
+    info.features = ClientFeatures.of(node, server.assumed_features)
+    machine.use_features(info.features)
+    machine.use_authorization(resource_policy(server.authorize_resource, info))
     if server.authorize is not None:
         reason = server.authorize(info, node)
         if reason is not None:

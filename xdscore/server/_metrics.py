@@ -82,6 +82,20 @@ class Metrics:
             ["type"],
             registry=r,
         )
+        heartbeats = Counter(
+            "xdscore_heartbeats",
+            "Heartbeat responses written (they restart the TTLs of unchanged resources).",
+            ["type"],
+            registry=r,
+        )
+        beaten = Counter(
+            "xdscore_heartbeat_resources",
+            "Resources carried by heartbeat responses.",
+            ["type"],
+            registry=r,
+        )
+        self.heartbeats = _ByType(heartbeats.labels)
+        self.heartbeat_resources = _ByType(beaten.labels)
         self.push_seconds = _ByType(push.labels)
         self.convergence_seconds = _ByType(convergence.labels)
         self.nacks = _ByType(nacks.labels)

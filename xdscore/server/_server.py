@@ -13,7 +13,7 @@ import itertools
 import logging
 import secrets
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any, Literal
 
 import anyio
@@ -21,16 +21,19 @@ import anyio
 from .._errors import GrpcStatus, RemoteProtocolError
 from ..cache._interface import Cache
 from ..protocol._delta_server import DeltaServer
+from ..protocol._features import ASSUMED_FEATURES
 from ..protocol._limits import StreamLimits
 from ..protocol._sotw_server import SotwServer
 from ..protocol._state import ProtocolName
+from ..wire._names import canonical_name
 from ._admission import PushSlots, ServerLimits, TokenBucket, refusal
-from ._authorization import Authorizer, PeerIdentity
+from ._authorization import Authorizer, PeerIdentity, ResourceAuthorizer
 from ._callbacks import ServerCallbacks, StreamInfo
 from ._catch_up import DEFAULT_CATCH_UP_TIMEOUT, CatchUp
 from ._csds import ClientStatus
 from ._driver import DELTA, SOTW, ByteStream, ServerDriver, call_back, describe
 from ._fetch import fetch
+from ._heartbeat import DEFAULT_HEARTBEAT_FRACTION
 from ._metrics import Metrics
 from ._pacer import Pacer, Pacing
 from ._rebalance import Rebalancing, Recycler
@@ -44,7 +47,7 @@ log = logging.getLogger("xdscore.server")
 class ActiveStream:
     """A stream being served: its :class:`StreamInfo`, state machine and sync records."""
 
-    __slots__ = ("info", "machine", "records", "scope")
+    __slots__ = ("driver", "info", "machine", "records", "scope")
 
     def __init__(
         self,
@@ -52,11 +55,13 @@ class ActiveStream:
         machine: SotwServer | DeltaServer,
         records: dict[str, TypeRecord],
         scope: anyio.CancelScope,
+        driver: ServerDriver[Any, Any] | None = None,
     ) -> None:
         self.info = info
         self.machine = machine
         self.records = records
         self.scope = scope
+        self.driver = driver
 
 
 class XdsServer:
@@ -82,6 +87,15 @@ class XdsServer:
     :mod:`xdscore.server._catch_up`); ``None``: answer at once.
     ``rebalancing`` ends streams that reached a maximum age, a few a second, so that
     proxies spread over replicas (see :class:`~xdscore.server.Rebalancing`; off by default).
+    ``assumed_features`` gives, by ``user_agent_name`` (a name or a prefix before a space),
+    the client features taken as supported beyond what a node advertises (default
+    :data:`~xdscore.protocol.ASSUMED_FEATURES`: Envoy reads TTLs and wrapped SotW entries
+    without saying so; ``{}``: only what clients advertise).
+    ``heartbeat_fraction``: while a client holds resources with a TTL, heartbeats go out
+    every this fraction of the shortest one (0: never; see :meth:`stop_heartbeats`).
+    ``authorize_resource`` decides, per stream and resource, what a client may have (see
+    :data:`~xdscore.server.ResourceAuthorizer`): a denied resource is withheld, and reported
+    in ``resource_errors`` to clients that read them.
     """
 
     def __init__(
@@ -100,8 +114,19 @@ class XdsServer:
         catch_up: CatchUp | None = None,
         catch_up_timeout: float = DEFAULT_CATCH_UP_TIMEOUT,
         rebalancing: Rebalancing | None = None,
+        assumed_features: Mapping[str, Collection[str]] | None = None,
+        heartbeat_fraction: float = DEFAULT_HEARTBEAT_FRACTION,
+        authorize_resource: ResourceAuthorizer | None = None,
     ) -> None:
+        if not 0 <= heartbeat_fraction < 1:
+            raise ValueError(f"heartbeat_fraction must be in [0, 1), not {heartbeat_fraction}")
         self.cache = cache
+        self.assumed_features: Mapping[str, Collection[str]] = (
+            ASSUMED_FEATURES if assumed_features is None else assumed_features
+        )
+        self.heartbeat_fraction = heartbeat_fraction
+        self.authorize_resource = authorize_resource
+        self._quiet: set[tuple[str, str]] = set()
         self.replica_id = secrets.token_hex(4) if replica_id is None else replica_id
         self.catch_up = catch_up
         self.catch_up_timeout = catch_up_timeout
@@ -158,6 +183,22 @@ class XdsServer:
             )
         return out
 
+    def stop_heartbeats(self, type_url: str, *names: str) -> None:
+        """Send no more heartbeats for ``names`` of ``type_url``: clients that support TTLs
+        drop each when its TTL lapses, while the cache still has it unchanged (a change
+        is still sent, and restarts the TTL). On SotW a listener, cluster or scoped route
+        configuration stops the heartbeats of its whole type (see docs/protocol.md)."""
+        self._quiet.update((type_url, canonical_name(name)) for name in names)
+
+    def resume_heartbeats(self, type_url: str, *names: str) -> None:
+        """Heartbeat ``names`` of ``type_url`` again; every stream holding one is sent it in
+        full first, since its client may have let it expire."""
+        canonical = [canonical_name(name) for name in names]
+        self._quiet.difference_update((type_url, name) for name in canonical)
+        for stream in self.streams():
+            if stream.driver is not None:
+                stream.driver.refresh(type_url, canonical)
+
     def ready(self) -> bool:
         """Whether a transport listens and the cache has something to serve."""
         return self.serving and not self._closed and bool(getattr(self.cache, "ready", True))
@@ -210,7 +251,7 @@ class XdsServer:
             type_url,
         )
         scope = anyio.CancelScope()
-        self._streams[stream_id] = ActiveStream(info, machine, driver.records, scope)
+        self._streams[stream_id] = ActiveStream(info, machine, driver.records, scope, driver)
         gauge = None
         if self.metrics is not None:
             mode = "ads" if type_url is None else "per_type"
@@ -360,6 +401,10 @@ class XdsServer:
             "pacer": self.pacer,
             "catch_up": self.catch_up,
             "catch_up_timeout": self.catch_up_timeout,
+            "assumed_features": self.assumed_features,
+            "heartbeat_fraction": self.heartbeat_fraction,
+            "quiet_heartbeats": self._quiet,
+            "authorize_resource": self.authorize_resource,
         }
 
 

@@ -21,7 +21,7 @@ from ..protocol._delta_server import DeltaServer, DeltaTypeState
 from ..protocol._sotw_server import SotwServer, SotwTypeState
 from ..protocol._state import Phase
 from ..protocol._subscription import EVERYTHING, Subscription
-from ..protocol._view import ResourceView
+from ..protocol._view import ResourceView, Selection
 from ..wire._records import Locality
 from ..wire._resource import Resource
 from ._authorization import PeerIdentity
@@ -153,7 +153,8 @@ def stream_status(
     for type_url, state in machine.type_states().items():
         record = records.get(type_url) or TypeRecord()
         if isinstance(state, SotwTypeState):
-            sync, version = _sotw_sync(type_url, state, view)
+            assert isinstance(machine, SotwServer)
+            sync, version = _sotw_sync(state, machine.selection(type_url, view))
         else:
             sync, version = _delta_sync(type_url, state, view)
         types.append(
@@ -190,10 +191,8 @@ def stream_status(
     )
 
 
-def _sotw_sync(
-    type_url: str, state: SotwTypeState, view: ResourceView | None
-) -> tuple[SyncState, str]:
-    selection = view.select(type_url, state.subscription) if view is not None else None
+def _sotw_sync(state: SotwTypeState, selection: Selection | None) -> tuple[SyncState, str]:
+    """The sync state of a type against ``selection``, what the client would be sent now."""
     if selection is None:
         return SyncState.IGNORED, ""
     if state.phase is Phase.SENT:
@@ -242,16 +241,14 @@ def resource_statuses(
     if state is None:
         return []
     if isinstance(state, SotwTypeState):
-        return _sotw_resources(type_url, state, view)
+        assert isinstance(machine, SotwServer)
+        return _sotw_resources(state, machine.selection(type_url, view))
     return _delta_resources(type_url, state, view)
 
 
-def _sotw_resources(
-    type_url: str, state: SotwTypeState, view: ResourceView | None
-) -> list[ResourceStatus]:
+def _sotw_resources(state: SotwTypeState, selection: Selection | None) -> list[ResourceStatus]:
     # A SotW client knows a resource by the version_info of the response that carried it,
     # as Envoy's own dumps show it; the resource reported is the one the cache holds now.
-    selection = view.select(type_url, state.subscription) if view is not None else None
     current = selection.resources if selection is not None else {}
     held = state.held.resources if state.held is not None else {}
     rejected = state.phase is Phase.NACKED and state.rejected_version is not None

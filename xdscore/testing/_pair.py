@@ -14,13 +14,16 @@ version and body bytes, in order) and removals the server machine produced. A mi
 raises :class:`AssertionError` saying which field differs. The check is made as each
 message comes off the wire, before it is queued for delivery, so it also holds for a test
 that takes messages from ``requests`` or ``responses`` itself.
+
+``features`` and ``deny`` are the client features and the resource policy every server
+machine of the pair is given (``use_features``, ``use_authorization``), on each stream.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any, Generic, TypeVar
 
 import attrs
@@ -28,9 +31,12 @@ import attrs
 from ..protocol._delta_client import DeltaClient
 from ..protocol._delta_server import DeltaResponse, DeltaServer
 from ..protocol._events import Event
+from ..protocol._features import NO_FEATURES, ClientFeatures
+from ..protocol._machine import Deny
 from ..protocol._sotw_client import SotwClient, Validator
 from ..protocol._sotw_server import SotwResponse, SotwServer
 from ..protocol._view import ResourceView
+from ..server._driver import DELTA, SOTW
 from ..wire import _client_codec as client_codec
 from ..wire import _codec as codec
 from ..wire._records import (
@@ -66,10 +72,14 @@ class _Pair(Generic[_Client, _Server, _Request, _Response]):
         validate: Validator | None = None,
         ordered: bool = True,
         wire: bool = True,
+        features: ClientFeatures = NO_FEATURES,
+        deny: Deny | None = None,
     ) -> None:
         self._view = view
         self._wire = wire
         self._ordered = ordered
+        self._features = features
+        self._deny = deny
         self.client = self._client_class(node=node, validate=validate)
         self._nonces = itertools.count(1)
         self.streams = 1
@@ -81,7 +91,10 @@ class _Pair(Generic[_Client, _Server, _Request, _Response]):
         self.server = self._new_server()
 
     def _new_server(self) -> _Server:
-        return self._server_class(nonce_source=self._nonce, ordered=self._ordered)
+        server = self._server_class(nonce_source=self._nonce, ordered=self._ordered)
+        server.use_features(self._features)
+        server.use_authorization(self._deny)
+        return server
 
     def _nonce(self) -> str:
         return f"{self.streams}.{next(self._nonces)}"
@@ -117,6 +130,14 @@ class _Pair(Generic[_Client, _Server, _Request, _Response]):
     def poll(self) -> list[_Response]:
         """The server sends what is due against the current view."""
         out = [self._arrived(r) for r in self.server.poll(self._view())]
+        self.responses.extend(out)
+        self.sent.extend(out)
+        return out
+
+    def heartbeat(self, quiet: Collection[tuple[str, str]] = ()) -> list[_Response]:
+        """The server sends the heartbeats due against the current view (as its runtime
+        would when the time comes; see ``heartbeat`` on the server machines)."""
+        out = [self._arrived(r) for r in self.server.heartbeat(self._view(), quiet=quiet)]
         self.responses.extend(out)
         self.sent.extend(out)
         return out
@@ -160,13 +181,7 @@ class SotwPair(_Pair[SotwClient, SotwServer, DiscoveryRequest, DiscoveryResponse
     def _to_client(self, response: SotwResponse | DeltaResponse) -> DiscoveryResponse:
         assert isinstance(response, SotwResponse)
         if self._wire:
-            return client_codec.decode_response(
-                codec.encode_sotw_response(
-                    version_info=response.version_info,
-                    nonce=response.nonce,
-                    body=response.selection.sotw_body,
-                )
-            )
+            return client_codec.decode_response(b"".join(SOTW.encode(response, "")))
         return self._record(response)
 
     def _record(self, response: SotwResponse | DeltaResponse) -> DiscoveryResponse:
@@ -176,6 +191,7 @@ class SotwPair(_Pair[SotwClient, SotwServer, DiscoveryRequest, DiscoveryResponse
             version_info=response.version_info,
             nonce=response.nonce,
             resources=tuple(response.selection.resources.values()),
+            resource_errors=response.errors,
         )
 
 
@@ -191,25 +207,31 @@ class DeltaPair(_Pair[DeltaClient, DeltaServer, DeltaDiscoveryRequest, DeltaDisc
     def _to_client(self, response: SotwResponse | DeltaResponse) -> DeltaDiscoveryResponse:
         assert isinstance(response, DeltaResponse)
         if self._wire:
-            return client_codec.decode_delta_response(
-                codec.encode_delta_response(
-                    type_url=response.type_url,
-                    nonce=response.nonce,
-                    system_version_info=response.system_version_info,
-                    resources=response.resources,
-                    removed=response.removed,
-                )
-            )
+            return client_codec.decode_delta_response(b"".join(DELTA.encode(response, "")))
         return self._record(response)
 
     def _record(self, response: SotwResponse | DeltaResponse) -> DeltaDiscoveryResponse:
         assert isinstance(response, DeltaResponse)
+        resources = response.resources
+        if response.heartbeat:  # names, versions and TTLs: what a heartbeat carries
+            resources = tuple(
+                Resource(
+                    type_url=r.type_url,
+                    name=r.name,
+                    body=b"",
+                    version=r.version,
+                    ttl=r.ttl,
+                    name_only=True,
+                )
+                for r in resources
+            )
         return DeltaDiscoveryResponse(
             type_url=response.type_url,
             system_version_info=response.system_version_info,
             nonce=response.nonce,
-            resources=response.resources,
+            resources=resources,
             removed_resources=response.removed,
+            resource_errors=response.errors,
         )
 
 

@@ -4,7 +4,7 @@ grpclib's ``send_message`` takes one ``bytes``: the driver would join a response
 (its shared body among them), grpclib would prepend the 5-byte prefix and copy again, then
 read the result back frame by frame. At 100,000 resources that is several copies of tens of
 megabytes per stream and push. Here each frame's payload is a ``memoryview`` slice of the
-buffers as they are (small parts at a boundary joined into one frame), h2 keeps its flow
+buffers as they are (runs of small parts joined first), h2 keeps its flow
 control and stream state, and the frames of one batch go to the socket in one write.
 """
 
@@ -14,10 +14,32 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["BATCH_BYTES", "write_message"]
+__all__ = ["BATCH_BYTES", "SHARED_BYTES", "write_message"]
 
 BATCH_BYTES = 256 * 1024
 """Frames written to the socket at once (fewer system calls than one write per frame)."""
+SHARED_BYTES = 64 * 1024
+"""Parts at least this large are sliced where they are; runs of smaller ones (a Delta
+response's entries, a SotW response's head and tail) are joined first: one copy costs less
+than a slice each."""
+
+
+def _buffers(parts: Sequence[bytes]) -> deque[memoryview]:
+    buffers: deque[memoryview] = deque()
+    run: list[bytes] = []
+    for part in parts:
+        if not part:
+            continue
+        if len(part) < SHARED_BYTES:
+            run.append(part)
+            continue
+        if run:
+            buffers.append(memoryview(b"".join(run)))
+            run = []
+        buffers.append(memoryview(part))
+    if run:
+        buffers.append(memoryview(b"".join(run)))
+    return buffers
 
 
 def _take(pending: deque[memoryview], room: int) -> bytes | memoryview:
@@ -46,8 +68,7 @@ async def write_message(h2_stream: Any, parts: Sequence[bytes]) -> None:
     ``h2_stream`` (its internal stream: connection, h2 state and transport), waiting for
     flow-control window and for the socket to drain as grpclib's own writer does."""
     size = sum(map(len, parts))
-    prefix = b"\x00" + size.to_bytes(4, "big")
-    pending = deque(memoryview(part) for part in (prefix, *parts) if part)
+    pending = _buffers((b"\x00" + size.to_bytes(4, "big"), *parts))
     connection = h2_stream.connection
     h2 = h2_stream._h2_connection
     transport = h2_stream._transport

@@ -28,9 +28,10 @@ from ._records import (
     ErrorDetail,
     Locality,
     Node,
+    ResourceError,
 )
 from ._references import Reference
-from ._resource import Resource, content_version
+from ._resource import RESOURCE_WRAPPER, Resource, content_version
 from ._typeurls import (
     CLUSTER,
     ENDPOINT,
@@ -50,6 +51,7 @@ from ._typeurls import (
 )
 
 __all__ = [
+    "RESOURCE_WRAPPER",
     "CLUSTER",
     "ENDPOINT",
     "EXTENSION_CONFIG",
@@ -66,6 +68,7 @@ __all__ = [
     "DiscoveryRequest",
     "DiscoveryResponse",
     "ErrorDetail",
+    "ResourceError",
     "Locality",
     "Node",
     "Reference",

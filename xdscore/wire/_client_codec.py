@@ -6,6 +6,8 @@ the server.
 
 from __future__ import annotations
 
+from typing import Any
+
 from envoy.service.discovery.v3 import discovery_pb2
 from google.protobuf.message import DecodeError
 
@@ -17,8 +19,9 @@ from ._records import (
     DeltaDiscoveryResponse,
     DiscoveryRequest,
     DiscoveryResponse,
+    ResourceError,
 )
-from ._resource import Resource
+from ._resource import RESOURCE_WRAPPER, Resource
 
 __all__ = [
     "decode_delta_response",
@@ -69,10 +72,7 @@ def decode_response(data: bytes) -> DiscoveryResponse:
     """Decode a ``DiscoveryResponse`` (the client side); names are read from field 1."""
     try:
         message = discovery_pb2.DiscoveryResponse.FromString(data)
-        resources = tuple(
-            Resource(type_url=item.type_url, name=name_field(item.value), body=item.value)
-            for item in message.resources
-        )
+        resources = tuple(_sotw_resource(item) for item in message.resources)
     except (DecodeError, WireError, UnicodeDecodeError) as exc:
         raise RemoteProtocolError(f"malformed DiscoveryResponse: {exc}") from None
     return DiscoveryResponse(
@@ -81,7 +81,41 @@ def decode_response(data: bytes) -> DiscoveryResponse:
         nonce=message.nonce,
         resources=resources,
         control_plane=message.control_plane.identifier,
+        resource_errors=_errors(message),
     )
+
+
+def _errors(message: Any) -> tuple[ResourceError, ...]:
+    return tuple(
+        ResourceError(
+            name=item.resource_name.name,
+            code=item.error_detail.code,
+            message=item.error_detail.message,
+        )
+        for item in message.resource_errors
+    )
+
+
+def _sotw_resource(item: Any) -> Resource:
+    """One SotW ``resources`` entry: a plain ``Any``, or one wrapped in
+    ``envoy.service.discovery.v3.Resource`` (which may carry a TTL)."""
+    if item.type_url != RESOURCE_WRAPPER:
+        return Resource(type_url=item.type_url, name=name_field(item.value), body=item.value)
+    wrapper = discovery_pb2.Resource.FromString(item.value)
+    body = wrapper.resource.value
+    return Resource(
+        type_url=wrapper.resource.type_url,
+        name=wrapper.name or name_field(body),
+        body=body,
+        ttl=_ttl(wrapper),
+        name_only=not wrapper.HasField("resource"),
+    )
+
+
+def _ttl(wrapper: Any) -> float | None:
+    if not wrapper.HasField("ttl"):
+        return None
+    return float(wrapper.ttl.seconds + wrapper.ttl.nanos / 1e9)
 
 
 def decode_delta_response(data: bytes) -> DeltaDiscoveryResponse:
@@ -97,6 +131,8 @@ def decode_delta_response(data: bytes) -> DeltaDiscoveryResponse:
             body=item.resource.value,
             version=item.version,
             aliases=tuple(item.aliases),
+            ttl=_ttl(item),
+            name_only=not item.HasField("resource"),
         )
         for item in message.resources
     )
@@ -107,4 +143,5 @@ def decode_delta_response(data: bytes) -> DeltaDiscoveryResponse:
         resources=resources,
         removed_resources=tuple(message.removed_resources),
         control_plane=message.control_plane.identifier,
+        resource_errors=_errors(message),
     )

@@ -15,9 +15,9 @@ from envoy.service.discovery.v3 import discovery_pb2
 from google.protobuf.message import DecodeError
 
 from .._errors import GrpcStatus, RemoteProtocolError
-from ._framing import bytes_field, string_field
+from ._framing import bytes_field, string_field, varint
 from ._node import decode_node
-from ._records import DeltaDiscoveryRequest, DiscoveryRequest, ErrorDetail
+from ._records import DeltaDiscoveryRequest, DiscoveryRequest, ErrorDetail, ResourceError
 from ._resource import Resource
 
 _P = ParamSpec("_P")
@@ -28,6 +28,7 @@ __all__ = [
     "delta_response_parts",
     "encode_delta_response",
     "encode_sotw_response",
+    "resource_errors",
     "sotw_response_parts",
 ]
 
@@ -80,15 +81,34 @@ def _control_plane(identifier: str, number: int) -> bytes:
     return bytes_field(number, string_field(1, identifier)) if identifier else b""
 
 
+def resource_errors(errors: Iterable[ResourceError], number: int) -> bytes:
+    """``errors`` as the ``resource_errors`` field numbered ``number`` (7 in a
+    ``DiscoveryResponse``, 9 in a ``DeltaDiscoveryResponse``)."""
+    out = b""
+    for error in errors:
+        status = (b"\x08" + varint(error.code) if error.code else b"") + string_field(
+            2, error.message
+        )
+        entry = bytes_field(1, string_field(1, error.name)) + bytes_field(2, status)
+        out += bytes_field(number, entry)
+    return out
+
+
 def sotw_response_parts(
-    *, version_info: str, nonce: str, body: bytes, control_plane: str = ""
+    *,
+    version_info: str,
+    nonce: str,
+    body: bytes,
+    control_plane: str = "",
+    errors: Iterable[ResourceError] = (),
 ) -> tuple[bytes, ...]:
-    """A ``DiscoveryResponse`` around ``body`` (the shared ``resources`` + ``type_url``), as
-    the buffers it is the concatenation of: a transport writes them without joining them."""
+    """A ``DiscoveryResponse`` around ``body`` (the shared ``resources`` + ``type_url``), with
+    ``errors`` in ``resource_errors``, as the buffers it is the concatenation of: a transport
+    writes them without joining them."""
     return (
         string_field(1, version_info),
         body,
-        string_field(5, nonce) + _control_plane(control_plane, 6),
+        string_field(5, nonce) + _control_plane(control_plane, 6) + resource_errors(errors, 7),
     )
 
 
@@ -100,16 +120,31 @@ def delta_response_parts(
     resources: Iterable[Resource],
     removed: Iterable[str],
     control_plane: str = "",
+    ttl: bool = True,
+    heartbeat: bool = False,
+    errors: Iterable[ResourceError] = (),
 ) -> tuple[bytes, ...]:
     """A ``DeltaDiscoveryResponse`` with ``resources`` (each encoded once, shared by every
-    stream) and removals, as the buffers it is the concatenation of."""
+    stream), removals and ``errors`` (``resource_errors``), as the buffers it is the
+    concatenation of.
+
+    ``ttl`` keeps each resource's TTL (for clients that support TTLs); ``heartbeat`` sends
+    the resources as heartbeats (name, version and TTL, no body).
+    """
+    if heartbeat:
+        entries = [resource.delta_heartbeat for resource in resources]
+    elif ttl:
+        entries = [resource.delta_entry for resource in resources]
+    else:
+        entries = [resource.delta_entry_without_ttl for resource in resources]
     return (
         string_field(1, system_version_info),
-        *(resource.delta_entry for resource in resources),
+        *entries,
         string_field(4, type_url)
         + string_field(5, nonce)
         + b"".join(string_field(6, name) for name in removed)
-        + _control_plane(control_plane, 7),
+        + _control_plane(control_plane, 7)
+        + resource_errors(errors, 9),
     )
 
 

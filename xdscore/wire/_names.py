@@ -25,6 +25,14 @@ query parameters of a name it parses, on both sides. The form, per Envoy's URN c
   name is data, encoded ``%23``, as Envoy decodes it.
 
 A name that is not ``xdstp://``, or has no resource type, is returned unchanged.
+
+Collections (TP1 "Glob"): the collection of a canonical ``xdstp://`` name is the same URN with
+the last segment of its id replaced by ``*`` and the same context parameters, so
+``xdstp://a/T/foo/bar?p=1`` is in ``xdstp://a/T/foo/*?p=1`` and in no other glob (not in
+``…/foo/*`` without the parameter, nor in ``…/*``): Envoy matches a resource to a glob watch
+in exactly this way. Any other name containing ``/`` is in the namespace collection made of
+what precedes its last ``/`` and ``/*`` (``route_0/a.example`` is in ``route_0/*``): the
+namespace Envoy's VHDS watch matches (``WatchMap`` namespace matching).
 """
 
 from __future__ import annotations
@@ -32,7 +40,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable
 
-__all__ = ["canonical_name", "canonical_names"]
+__all__ = ["canonical_name", "canonical_names", "collection_of", "is_glob"]
 
 _SCHEME = "xdstp://"
 _HEX = b"0123456789abcdefABCDEF"
@@ -84,6 +92,32 @@ def _canonical_xdstp(name: str) -> str:
             )
             parts += ["?", "&".join(encoded)]
     return "".join(parts)
+
+
+@functools.lru_cache(maxsize=65536)
+def collection_of(name: str) -> str | None:
+    """The glob collection ``name`` (canonical) belongs to; ``None`` for a name without ``/``
+    and for an ``xdstp://`` name without a resource type.
+
+    A glob is its own collection, so ``collection_of(g) == g`` tells a glob (see the module).
+    """
+    if not name.startswith(_SCHEME):
+        slash = name.rfind("/")
+        return None if slash < 0 else name[:slash] + "/*"
+    mark = name.find("?", len(_SCHEME))
+    path, query = (name, "") if mark < 0 else (name[:mark], name[mark:])
+    authority_end = path.find("/", len(_SCHEME))
+    if authority_end < 0 or authority_end + 1 == len(path):
+        return None  # no resource type
+    last = path.rfind("/")
+    # An empty id (``xdstp://a/T``) is in ``xdstp://a/T/*``, as in Envoy.
+    return (path if last == authority_end else path[:last]) + "/*" + query
+
+
+def is_glob(name: str) -> bool:
+    """Whether the canonical ``xdstp://`` name ``name`` is a glob collection (its id ends in
+    ``*`` as its last segment): a subscription to every resource in that collection."""
+    return name.startswith(_SCHEME) and collection_of(name) == name
 
 
 def _params(query: str) -> dict[bytes, bytes]:

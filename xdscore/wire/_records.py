@@ -22,6 +22,7 @@ __all__ = [
     "ErrorDetail",
     "Locality",
     "Node",
+    "ResourceError",
 ]
 
 
@@ -68,6 +69,16 @@ class ErrorDetail:
 
 
 @attrs.frozen(kw_only=True)
+class ResourceError:
+    """One entry of a response's ``resource_errors``: why the server sends no resource
+    ``name`` (a gRPC status code and a message; xRFC TP3)."""
+
+    name: str = attrs.field(converter=canonical_name)
+    code: int
+    message: str
+
+
+@attrs.frozen(kw_only=True)
 class DiscoveryRequest:
     """A State-of-the-World request."""
 
@@ -103,6 +114,7 @@ class DiscoveryResponse:
     nonce: str = ""
     resources: tuple[Resource, ...] = ()
     control_plane: str = ""
+    resource_errors: tuple[ResourceError, ...] = ()
 
 
 @attrs.frozen(kw_only=True)
@@ -115,3 +127,4 @@ class DeltaDiscoveryResponse:
     resources: tuple[Resource, ...] = ()
     removed_resources: tuple[str, ...] = attrs.field(default=(), converter=canonical_names)
     control_plane: str = ""
+    resource_errors: tuple[ResourceError, ...] = ()

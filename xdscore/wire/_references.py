@@ -74,6 +74,19 @@ def references(type_url: str, body: bytes) -> tuple[Reference, ...]:
     return tuple(sorted(found))
 
 
+def vhds_namespace(type_url: str, body: bytes) -> str | None:
+    """For a route configuration that takes virtual hosts from VHDS, the namespace collection
+    its client's VHDS watch matches (``<name>/*``: Envoy watches the route configuration's name
+    as a namespace); ``None`` for anything else."""
+    if type_url != ROUTE:
+        return None
+    try:
+        config = route_pb2.RouteConfiguration.FromString(body)
+    except DecodeError:
+        return None
+    return f"{config.name}/*" if config.HasField("vhds") and config.name else None
+
+
 def has_references(type_url: str) -> bool:
     """Whether resources of ``type_url`` can refer to others at all."""
     return type_url in _EXTRACTORS
