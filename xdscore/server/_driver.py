@@ -715,10 +715,11 @@ def resource_policy(hook: ResourceAuthorizer | None, info: StreamInfo) -> Deny |
 
 
 def _carries_ttl(response: Any) -> bool:
-    """Whether ``response`` sends a resource with a TTL."""
+    """Whether ``response`` sends a resource with a TTL to a client that reads TTLs (only
+    those get heartbeats; the look at each resource is skipped for the others)."""
     if isinstance(response, SotwResponse):
         return response.selection.shortest_ttl is not None
-    return any(resource.ttl is not None for resource in response.resources)
+    return response.ttl and any(resource.ttl is not None for resource in response.resources)
 
 
 def _heartbeats(response: Any) -> int:
