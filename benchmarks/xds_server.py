@@ -36,7 +36,7 @@ import anyio.to_thread
 
 from xdscore import LinearCache, MuxCache, Snapshot, SnapshotCache, XdsServer, same_for_all
 from xdscore import builders as b
-from xdscore.transport import GrpclibTransport
+from xdscore.transport import GrpclibTransport, Http2Transport
 from xdscore.wire._typeurls import ENDPOINT
 
 
@@ -193,13 +193,15 @@ async def serve(
     endpoints_per_cluster: int,
     metrics: bool,
     diag: Diagnostics | None = None,
+    transport_name: str = "http2",
 ) -> None:
     workload = Workload(clusters, endpoints_per_cluster)
     workload.push(clusters, endpoints_per_cluster, None)
     server = XdsServer(
         workload.cache, control_plane_id="xdscore-bench", metrics=None if metrics else False
     )
-    async with GrpclibTransport(server) as transport:
+    kind = Http2Transport if transport_name == "http2" else GrpclibTransport
+    async with kind(server) as transport:
         bound = await transport.start(host, port)
         print(f"LISTENING addr={host}:{bound}", flush=True)
         while line := await anyio.to_thread.run_sync(sys.stdin.readline):
@@ -236,11 +238,26 @@ def main() -> None:
         metavar="DIR",
         help="write what the process holds into DIR (slow; see Diagnostics)",
     )
+    parser.add_argument(
+        "--transport",
+        choices=("http2", "grpclib"),
+        default="http2",
+        help="xdscore's own HTTP/2 server (the default) or grpclib's",
+    )
     parser.add_argument("--diag-every", type=int, default=100, help="pushes between --diag reports")
     args = parser.parse_args()
     host, _, port = args.addr.rpartition(":")
     diag = Diagnostics(args.diag, args.diag_every) if args.diag else None
-    anyio.run(serve, host, int(port), args.clusters, args.endpoints, not args.no_metrics, diag)
+    anyio.run(
+        serve,
+        host,
+        int(port),
+        args.clusters,
+        args.endpoints,
+        not args.no_metrics,
+        diag,
+        args.transport,
+    )
 
 
 if __name__ == "__main__":

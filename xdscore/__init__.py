@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     )
     from .protocol import ResponseAcked, ResponseNacked, StreamLimits
     from .server import ServerCallbacks, StreamInfo, XdsServer
-    from .transport import GrpclibTransport
+    from .transport import GrpclibTransport, Http2Transport
     from .wire import (
         CLUSTER,
         ENDPOINT,
@@ -61,6 +61,7 @@ __all__ = [
     "Cache",
     "GrpcStatus",
     "GrpclibTransport",
+    "Http2Transport",
     "LinearCache",
     "LocalProtocolError",
     "MuxCache",
@@ -109,6 +110,7 @@ _HOMES = {
     **dict.fromkeys(["ResponseAcked", "ResponseNacked", "StreamLimits"], ".protocol"),
     **dict.fromkeys(["ServerCallbacks", "StreamInfo", "XdsServer"], ".server"),
     "GrpclibTransport": ".transport",
+    "Http2Transport": ".transport",
     **dict.fromkeys(
         [
             "CLUSTER",

@@ -14,7 +14,9 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["BATCH_BYTES", "SHARED_BYTES", "write_message"]
+from .._errors import GrpcStatus, RemoteProtocolError
+
+__all__ = ["BATCH_BYTES", "SHARED_BYTES", "buffers", "message_size", "take", "write_message"]
 
 BATCH_BYTES = 256 * 1024
 """Frames written to the socket at once (fewer system calls than one write per frame)."""
@@ -24,7 +26,22 @@ response's entries, a SotW response's head and tail) are joined first: one copy 
 than a slice each."""
 
 
-def _buffers(parts: Sequence[bytes]) -> deque[memoryview]:
+def message_size(prefix: bytes | bytearray, limit: int) -> int:
+    """The size a request's 5-byte gRPC prefix declares, refused past ``limit`` (before any
+    of its body is read) and when it says the message is compressed."""
+    if prefix[0]:
+        # No message encoding is supported.
+        raise RemoteProtocolError("compressed messages are not supported", GrpcStatus.UNIMPLEMENTED)
+    size = int.from_bytes(prefix[1:5], "big")
+    if size > limit:
+        raise RemoteProtocolError(
+            f"a request of {size} bytes exceeds the limit of {limit}",
+            GrpcStatus.RESOURCE_EXHAUSTED,
+        )
+    return size
+
+
+def buffers(parts: Sequence[bytes]) -> deque[memoryview]:
     buffers: deque[memoryview] = deque()
     run: list[bytes] = []
     for part in parts:
@@ -42,7 +59,7 @@ def _buffers(parts: Sequence[bytes]) -> deque[memoryview]:
     return buffers
 
 
-def _take(pending: deque[memoryview], room: int) -> bytes | memoryview:
+def take(pending: deque[memoryview], room: int) -> bytes | memoryview:
     """The next ``room`` bytes (or fewer, at the end) of ``pending``, sliced, not copied,
     unless they span buffers."""
     first = pending[0]
@@ -68,7 +85,7 @@ async def write_message(h2_stream: Any, parts: Sequence[bytes]) -> None:
     ``h2_stream`` (its internal stream: connection, h2 state and transport), waiting for
     flow-control window and for the socket to drain as grpclib's own writer does."""
     size = sum(map(len, parts))
-    pending = _buffers((b"\x00" + size.to_bytes(4, "big"), *parts))
+    pending = buffers((b"\x00" + size.to_bytes(4, "big"), *parts))
     connection = h2_stream.connection
     h2 = h2_stream._h2_connection
     transport = h2_stream._transport
@@ -84,7 +101,7 @@ async def write_message(h2_stream: Any, parts: Sequence[bytes]) -> None:
         frame_size = h2.max_outbound_frame_size
         sent = 0
         while pending and sent < batch:
-            chunk = _take(pending, min(frame_size, batch - sent))
+            chunk = take(pending, min(frame_size, batch - sent))
             h2.send_data(stream_id, chunk)
             sent += len(chunk)
         transport.write(h2.data_to_send())

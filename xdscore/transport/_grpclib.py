@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import socket
 import ssl
 import time
 import weakref
@@ -36,17 +35,15 @@ from .._errors import GrpcStatus, ProtocolError, RemoteProtocolError, StreamClos
 from ..protocol._state import ProtocolName
 from ..server._driver import forget_frames
 from ..server._server import XdsServer
-from ..wire._typeurls import all_types
-from ._frames import write_message
+from ._frames import message_size, write_message
 from ._http2 import ConnectionLimits, CutReason, GuardedH2Protocol
+from ._methods import Method, listening_socket, served_methods
 from ._tls import peer_identity
 
 __all__ = ["GrpclibTransport"]
 
 log = logging.getLogger("xdscore.transport")
 
-_ADS = "envoy.service.discovery.v3.AggregatedDiscoveryService"
-_CSDS = "envoy.service.status.v3.ClientStatusDiscoveryService"
 _GONE = (StreamClosedError, StreamTerminatedError, ConnectionError)
 """What grpclib and h2 raise when the client reset its stream or dropped its connection."""
 
@@ -136,22 +133,8 @@ class GrpclibTransport:
         self.server = server
         self.connection_limits = connection_limits or ConnectionLimits()
         mapping: dict[str, grpclib.const.Handler] = {}
-        self._add(mapping, f"/{_ADS}/StreamAggregatedResources", self._stream(None, delta=False))
-        self._add(mapping, f"/{_ADS}/DeltaAggregatedResources", self._stream(None, delta=True))
-        for info in all_types():
-            if info.service is None:
-                continue
-            if info.sotw_method is not None:
-                handler = self._stream(info.type_url, delta=False)
-                self._add(mapping, f"/{info.service}/{info.sotw_method}", handler)
-            if info.delta_method is not None:
-                handler = self._stream(info.type_url, delta=True)
-                self._add(mapping, f"/{info.service}/{info.delta_method}", handler)
-            if info.fetch_method is not None:
-                handler = self._fetch(info.type_url)
-                self._add(mapping, f"/{info.service}/{info.fetch_method}", handler, unary=True)
-        self._add(mapping, f"/{_CSDS}/StreamClientStatus", self._status_stream)
-        self._add(mapping, f"/{_CSDS}/FetchClientStatus", self._status_fetch, unary=True)
+        for method in served_methods():
+            self._add(mapping, method.path, self._handler(method), unary=method.unary)
         self._grpc = _Server(
             [_Services(mapping)],
             codec=_RawCodec(),
@@ -181,6 +164,16 @@ class GrpclibTransport:
             else grpclib.const.Cardinality.STREAM_STREAM
         )
         mapping[path] = grpclib.const.Handler(handler, cardinality, None, None)
+
+    def _handler(self, method: Method) -> _Handler:
+        if method.kind == "stream":
+            return self._stream(method.type_url, delta=method.delta)
+        if method.kind == "fetch":
+            assert method.type_url is not None
+            return self._fetch(method.type_url)
+        if method.kind == "status_stream":
+            return self._status_stream
+        return self._status_fetch
 
     def _stream(self, type_url: str | None, *, delta: bool) -> _Handler:
         protocol: ProtocolName = "delta" if delta else "sotw"
@@ -254,11 +247,7 @@ class GrpclibTransport:
         ``reuse_port`` sets SO_REUSEPORT, so that several processes (``xdscore serve
         --workers``) listen on one port and the kernel spreads new connections over them.
         """
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        sock = socket.create_server(
-            (host, port), family=family, backlog=1024, reuse_port=reuse_port
-        )
-        sock.setblocking(False)
+        sock = listening_socket(host, port, reuse_port=reuse_port)
         await self._grpc.start(sock=sock, ssl=ssl_context)
         self.port = int(sock.getsockname()[1])
         self.server.serving = True
@@ -315,17 +304,7 @@ class _GrpclibStream:
             prefix = await h2_stream.recv_data(5)
             if not prefix:
                 return None
-            if prefix[0]:
-                # No message encoding is supported (grpclib's recv_message refuses it too).
-                raise RemoteProtocolError(
-                    "compressed messages are not supported", GrpcStatus.UNIMPLEMENTED
-                )
-            size = int.from_bytes(prefix[1:5], "big")
-            if size > self._limit:
-                raise RemoteProtocolError(
-                    f"a request of {size} bytes exceeds the limit of {self._limit}",
-                    GrpcStatus.RESOURCE_EXHAUSTED,
-                )
+            size = message_size(prefix, self._limit)
             data = await h2_stream.recv_data(size) if size else b""
         except AssertionError:
             # grpclib's buffer: the client ended its side inside a message.

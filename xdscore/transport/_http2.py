@@ -51,7 +51,7 @@ from h2.exceptions import ProtocolError as H2ProtocolError
 
 from ..server._admission import TokenBucket
 
-__all__ = ["ConnectionLimits", "CutReason", "GuardedH2Protocol"]
+__all__ = ["Bucket", "ConnectionLimits", "CutReason", "GuardedH2Protocol", "bucket", "log_cut"]
 
 log = logging.getLogger("xdscore.transport")
 
@@ -85,7 +85,7 @@ class ConnectionLimits:
     """Seconds a cut connection may take to flush its GOAWAY before it is aborted."""
 
 
-class _Bucket(TokenBucket):
+class Bucket(TokenBucket):
     """The runtime's token bucket, counting what it is asked for (for the log line)."""
 
     count = 0
@@ -95,8 +95,8 @@ class _Bucket(TokenBucket):
         return super().take()
 
 
-def _bucket(rate: float, burst: int) -> _Bucket | None:
-    return _Bucket(rate, burst) if rate > 0 else None
+def bucket(rate: float, burst: int) -> Bucket | None:
+    return Bucket(rate, burst) if rate > 0 else None
 
 
 class _GuardedProcessor(EventsProcessor):
@@ -107,14 +107,14 @@ class _GuardedProcessor(EventsProcessor):
         handler: AbstractHandler,
         connection: Connection,
         limits: ConnectionLimits,
-        abuse: Callable[[CutReason, _Bucket, int], None],
+        abuse: Callable[[CutReason, Bucket, int], None],
     ) -> None:
         super().__init__(handler, connection)
         self._abuse = abuse
         self._reset_age = limits.reset_age
-        self.resets = _bucket(limits.resets_per_second, limits.resets_burst)
-        self.pings = _bucket(limits.pings_per_second, limits.pings_burst)
-        self.settings = _bucket(limits.settings_per_second, limits.settings_burst)
+        self.resets = bucket(limits.resets_per_second, limits.resets_burst)
+        self.pings = bucket(limits.pings_per_second, limits.pings_burst)
+        self.settings = bucket(limits.settings_per_second, limits.settings_burst)
         self.last_stream_id = 0
         """The highest stream the server has acted on (the GOAWAY's last stream id)."""
 
@@ -168,11 +168,28 @@ class _GuardedProcessor(EventsProcessor):
 _SLICE = 16_384
 """Bytes of a read h2 parses before the events so far are counted."""
 
-_WHAT = {
+WHAT = {
     "rapid_reset": "streams reset within {age:g} s of opening",
     "ping_flood": "PING frames",
     "settings_flood": "SETTINGS frames",
 }
+
+
+def log_cut(
+    peer: str, reason: CutReason, bucket: Bucket, limits: ConnectionLimits, opened: float
+) -> None:
+    """The one WARNING a cut connection gets."""
+    log.warning(
+        "cut the connection from %s (%s): %d %s %.2f s after it opened, past %g a second "
+        "with a burst of %d; sent GOAWAY ENHANCE_YOUR_CALM",
+        peer,
+        reason,
+        bucket.count,
+        WHAT[reason].format(age=limits.reset_age),
+        time.monotonic() - opened,
+        bucket.rate,
+        bucket.burst,
+    )
 
 
 class GuardedH2Protocol(H2Protocol):
@@ -236,22 +253,12 @@ class GuardedH2Protocol(H2Protocol):
     def _is_cut(self) -> bool:
         return self.cut is not None
 
-    def _abuse(self, reason: CutReason, bucket: _Bucket, last_stream_id: int) -> None:
+    def _abuse(self, reason: CutReason, bucket: Bucket, last_stream_id: int) -> None:
         if self.cut is not None:
             return
         self.cut = reason
         limits = self._limits
-        log.warning(
-            "cut the connection from %s (%s): %d %s %.2f s after it opened, past %g a second "
-            "with a burst of %d; sent GOAWAY ENHANCE_YOUR_CALM",
-            self._peer(),
-            reason,
-            bucket.count,
-            _WHAT[reason].format(age=limits.reset_age),
-            time.monotonic() - self._opened,
-            bucket.rate,
-            bucket.burst,
-        )
+        log_cut(self._peer(), reason, bucket, limits, self._opened)
         h2_connection = self.connection._connection
         h2_connection.clear_outbound_data_buffer()  # the answers to the flood, unsent
         try:

@@ -1,0 +1,210 @@
+"""xdscore's own HTTP/2 transport: the same methods as :class:`GrpclibTransport`, on a
+lean server of its own (:mod:`._h2_connection`).
+
+grpclib runs every connection through h2's general state machine, its event objects and
+its own stream, buffer and task layers: at a few hundred responses per stream that is
+most of an initial sync's server time, and some 35 KB of memory per connection. This
+server speaks the part of HTTP/2 and gRPC the xDS methods use (long-lived and unary calls
+of protobuf messages, identity encoding) with the same bounds: request size checked from
+the prefix, the abuse buckets of :class:`ConnectionLimits`, at most
+:data:`~._h2_connection.MAX_STREAMS` streams per connection, TLS with the same
+:func:`server_ssl_context`. What it does not do: message compression (a compressed
+message ends its call with UNIMPLEMENTED), server push, HTTP/1.1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from collections.abc import Callable
+from typing import Any
+
+from .._errors import GrpcStatus, ProtocolError, RemoteProtocolError, StreamClosed
+from ..protocol._state import ProtocolName
+from ..server._driver import forget_frames
+from ..server._server import XdsServer
+from ._h2_connection import Call, Connection, Handler
+from ._http2 import ConnectionLimits, CutReason
+from ._methods import Method, listening_socket, served_methods
+from ._tls import peer_identity
+
+__all__ = ["Http2Transport"]
+
+log = logging.getLogger("xdscore.transport")
+
+STOP_GRACE = 1.0
+"""Seconds :meth:`Http2Transport.stop` waits for ended streams to send their trailers."""
+
+
+class Http2Transport:
+    """Serves ``server`` over HTTP/2 with xdscore's own gRPC server; an async context
+    manager, used as :class:`GrpclibTransport` is.
+
+    ``connection_limits`` bounds, per connection, the HTTP/2 frames that cost the server work
+    (rapid stream resets, PING and SETTINGS floods); a connection past them is cut with
+    GOAWAY ENHANCE_YOUR_CALM and counted in ``xdscore_connections_cut_total{reason}``.
+    """
+
+    def __init__(
+        self, server: XdsServer, *, connection_limits: ConnectionLimits | None = None
+    ) -> None:
+        self.server = server
+        self.connection_limits = connection_limits or ConnectionLimits()
+        self._routes: dict[str, Handler] = {
+            method.path: self._handler(method) for method in served_methods()
+        }
+        self.port: int | None = None
+        self._listener: asyncio.Server | None = None
+        self._connections: set[Connection] = set()
+
+    def _handler(self, method: Method) -> Handler:
+        if method.kind == "stream":
+            protocol: ProtocolName = "delta" if method.delta else "sotw"
+            return self._calls(self._stream_handler(method.type_url, protocol))
+        if method.kind == "fetch":
+            assert method.type_url is not None
+            return self._calls(self._fetch_handler(method.type_url))
+        if method.kind == "status_stream":
+            return self._calls(self._status_stream)
+        return self._calls(self._status_fetch)
+
+    def _stream_handler(
+        self, type_url: str | None, protocol: ProtocolName
+    ) -> Callable[[Call], Any]:
+        server = self.server
+
+        async def handle(call: Call) -> None:
+            await server.run_stream(
+                call,
+                protocol=protocol,
+                type_url=type_url,
+                peer=call.peer,
+                identity=peer_identity(call.peer_certificate),
+            )
+
+        return handle
+
+    def _fetch_handler(self, type_url: str) -> Callable[[Call], Any]:
+        server = self.server
+
+        async def handle(call: Call) -> None:
+            data = await call.receive()
+            if data is None:
+                raise RemoteProtocolError("the call carried no request")
+            answer = await server.fetch(
+                data,
+                type_url=type_url,
+                peer=call.peer,
+                identity=peer_identity(call.peer_certificate),
+            )
+            await call.send(answer)
+
+        return handle
+
+    async def _status_stream(self, call: Call) -> None:
+        await self.server.client_status.run_stream(call)
+
+    async def _status_fetch(self, call: Call) -> None:
+        data = await call.receive()
+        await call.send(self.server.client_status.answer(data or b""))
+
+    @staticmethod
+    def _calls(handle: Callable[[Call], Any]) -> Handler:
+        """``handle`` run as one call: what it raises becomes the status the client sees."""
+
+        async def run(call: Call) -> None:
+            status, message = GrpcStatus.OK, None
+            try:
+                if call.deadline is None:
+                    await handle(call)
+                else:
+                    async with asyncio.timeout(call.deadline):
+                        await handle(call)
+            except ProtocolError as exc:
+                log.debug("stream from %s ended: %s (%s)", call.peer, exc.message, exc.status.name)
+                status, message = exc.status, exc.message
+                forget_frames(exc)
+            except StreamClosed as exc:
+                forget_frames(exc)
+            except TimeoutError as exc:
+                status, message = GrpcStatus.DEADLINE_EXCEEDED, "the call's deadline passed"
+                forget_frames(exc)
+            except asyncio.CancelledError as exc:
+                # The client reset the stream or left: there is no one to answer.
+                forget_frames(exc)
+            except Exception as exc:
+                # A bug or a failing cache ends this call with INTERNAL, naming what failed,
+                # and the server keeps going.
+                log.exception("stream from %s failed", call.peer)
+                status, message = GrpcStatus.INTERNAL, f"internal error: {type(exc).__name__}"
+                forget_frames(exc)
+            call.finish(status, message)
+
+        return run
+
+    def _connection_cut(self, reason: CutReason) -> None:
+        metrics = self.server.metrics
+        if metrics is not None:
+            metrics.connections_cut.labels(reason).inc()
+
+    def _connection(self) -> Connection:
+        connection = Connection(
+            self._routes.get,
+            limit=self.server.limits.max_request_bytes,
+            limits=self.connection_limits,
+            on_cut=self._connection_cut,
+            on_close=self._connections.discard,
+        )
+        self._connections.add(connection)
+        return connection
+
+    async def start(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        reuse_port: bool = False,
+    ) -> int:
+        """Listen on ``host:port`` (0 picks a free port); return the bound port.
+
+        ``reuse_port`` sets SO_REUSEPORT, so that several processes listen on one port.
+        """
+        sock = listening_socket(host, port, reuse_port=reuse_port)
+        loop = asyncio.get_running_loop()
+        self._listener = await loop.create_server(self._connection, sock=sock, ssl=ssl_context)
+        self.port = int(sock.getsockname()[1])
+        self.server.serving = True
+        return self.port
+
+    async def stop(self) -> None:
+        """End every stream, stop listening and close every connection.
+
+        Stopping a transport that never started, or stopping twice, does nothing more.
+        """
+        self.server.close()
+        self.server.serving = False
+        if self.port is None or self._listener is None:
+            return
+        self.port = None
+        self._listener.close()
+        tasks = {
+            call.task
+            for connection in self._connections
+            for call in connection.calls.values()
+            if call.task is not None
+        }
+        if tasks:
+            # The server has ended every stream: let the handlers send their trailers
+            # (status OK) before the connections go, so that clients see a clean end.
+            await asyncio.wait(tasks, timeout=STOP_GRACE)
+        for connection in list(self._connections):
+            connection.close()
+        await self._listener.wait_closed()
+
+    async def __aenter__(self) -> Http2Transport:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()

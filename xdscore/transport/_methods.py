@@ -1,0 +1,62 @@
+"""What the transports share: the gRPC methods they serve (ADS, every per-type discovery
+service, CSDS) and how they listen."""
+
+from __future__ import annotations
+
+import socket
+from typing import Literal
+
+import attrs
+
+from ..wire._typeurls import all_types
+
+__all__ = ["Method", "listening_socket", "served_methods"]
+
+_ADS = "envoy.service.discovery.v3.AggregatedDiscoveryService"
+_CSDS = "envoy.service.status.v3.ClientStatusDiscoveryService"
+
+Kind = Literal["stream", "fetch", "status_stream", "status_fetch"]
+
+
+@attrs.frozen
+class Method:
+    """One method: its path, what serves it, the type it is for (``None``: ADS, CSDS)."""
+
+    path: str
+    kind: Kind
+    type_url: str | None = None
+    delta: bool = False
+
+    @property
+    def unary(self) -> bool:
+        return self.kind in ("fetch", "status_fetch")
+
+
+def served_methods() -> list[Method]:
+    """Every method, from the type registry's service and method names."""
+    methods = [
+        Method(f"/{_ADS}/StreamAggregatedResources", "stream"),
+        Method(f"/{_ADS}/DeltaAggregatedResources", "stream", delta=True),
+    ]
+    for info in all_types():
+        if info.service is None:
+            continue
+        if info.sotw_method is not None:
+            methods.append(Method(f"/{info.service}/{info.sotw_method}", "stream", info.type_url))
+        if info.delta_method is not None:
+            path = f"/{info.service}/{info.delta_method}"
+            methods.append(Method(path, "stream", info.type_url, delta=True))
+        if info.fetch_method is not None:
+            methods.append(Method(f"/{info.service}/{info.fetch_method}", "fetch", info.type_url))
+    methods.append(Method(f"/{_CSDS}/StreamClientStatus", "status_stream"))
+    methods.append(Method(f"/{_CSDS}/FetchClientStatus", "status_fetch"))
+    return methods
+
+
+def listening_socket(host: str, port: int, *, reuse_port: bool) -> socket.socket:
+    """A non-blocking socket listening on ``host:port`` (IPv6 for a host with a colon);
+    ``reuse_port`` sets SO_REUSEPORT, so that several processes listen on one port."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.create_server((host, port), family=family, backlog=1024, reuse_port=reuse_port)
+    sock.setblocking(False)
+    return sock
