@@ -32,6 +32,7 @@ from xdscore import (
     CLUSTER,
     ENDPOINT,
     GrpclibTransport,
+    Http2Transport,
     Resource,
     ServerCallbacks,
     Snapshot,
@@ -97,7 +98,7 @@ class Plane:
 
     cache: SnapshotCache
     server: XdsServer
-    transport: GrpclibTransport
+    transport: Http2Transport | GrpclibTransport
     recorder: Recorder
     port: int
     generation: int = 0
@@ -135,8 +136,10 @@ async def control_plane(
     server_limits: ServerLimits | None = None,
     rebalancing: Rebalancing | None = None,
     recorder: Recorder | None = None,
+    transport_kind: type[Http2Transport] | type[GrpclibTransport] = Http2Transport,
 ) -> AsyncIterator[Plane]:
-    """A server whose every client (any node) gets one snapshot, stopped on exit."""
+    """A server whose every client (any node) gets one snapshot, stopped on exit, served by
+    ``transport_kind`` (xdscore's own HTTP/2 server unless a test asks for grpclib's)."""
     cache = SnapshotCache(group=same_for_all)
     recorder = recorder or Recorder()
     server = XdsServer(
@@ -146,7 +149,7 @@ async def control_plane(
         server_limits=server_limits,
         rebalancing=rebalancing,
     )
-    transport = GrpclibTransport(server)
+    transport = transport_kind(server)
     port = await transport.start()
     plane = Plane(cache=cache, server=server, transport=transport, recorder=recorder, port=port)
     plane.publish(0)

@@ -25,7 +25,7 @@ from xdscore import (
     CLUSTER,
     ENDPOINT,
     SECRET,
-    GrpclibTransport,
+    Http2Transport,
     Snapshot,
     SnapshotCache,
     XdsServer,
@@ -124,7 +124,7 @@ async def secured(tmp_path: Path) -> AsyncIterator[Secured]:
     for group in GROUPS:
         cache.set_snapshot(node_id(group), group_snapshot(group))
     server = XdsServer(cache, authorize=SpiffeNodePolicy())
-    transport = GrpclibTransport(server)
+    transport = Http2Transport(server)
     port = await transport.start("127.0.0.1", 0, ssl_context=context)
     certificates = {group: ca.client(spiffe_id(group)) for group in GROUPS}
     certificates["no-policy-match"] = ca.client(f"{TRUST_DOMAIN}/proxy")

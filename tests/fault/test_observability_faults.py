@@ -21,7 +21,7 @@ from envoy.type.matcher.v3 import node_pb2, regex_pb2, string_pb2, struct_pb2, v
 from xdscore import (
     CLUSTER,
     ENDPOINT,
-    GrpclibTransport,
+    Http2Transport,
     SnapshotCache,
     StreamLimits,
     XdsServer,
@@ -274,7 +274,7 @@ async def test_admin_refuses_bad_requests_and_probes_tell_the_truth() -> None:
     cache = SnapshotCache(group=fleet)
     recorder = Recorder()
     server = XdsServer(cache, callbacks=recorder)
-    transport = GrpclibTransport(server)
+    transport = Http2Transport(server)
     async with serve_admin(AdminApp(server)) as admin:
 
         async def get(path: str) -> tuple[int, str]:

@@ -19,8 +19,10 @@ import anyio
 import grpclib.protocol
 import pytest
 
+from xdscore import GrpclibTransport, Http2Transport
 from xdscore.protocol import DeltaServer, SotwServer
 from xdscore.server import ServerDriver
+from xdscore.transport._h2_connection import Call
 
 from ._clients import (
     ADS,
@@ -33,7 +35,15 @@ from ._clients import (
     request,
 )
 
-pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
+TransportKind = type[Http2Transport] | type[GrpclibTransport]
+
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.timeout(60),
+    pytest.mark.parametrize(
+        "transport_kind", [Http2Transport, GrpclibTransport], ids=["http2", "grpclib"]
+    ),
+]
 
 STREAMS = 20
 
@@ -49,11 +59,11 @@ def no_collector() -> Iterator[None]:
         gc.collect()
 
 
-OURS = (ServerDriver, SotwServer, DeltaServer)
+OURS = (ServerDriver, SotwServer, DeltaServer, Call)
 
 
 def left_behind() -> dict[str, int]:
-    """Drivers and server machines still alive, and what of them and of grpclib's streams
+    """Drivers, server machines and calls still alive, and what of them and of grpclib's streams
     only a collection would free (what is in reference cycles)."""
     alive = _alive()
     gc.set_debug(gc.DEBUG_SAVEALL)
@@ -82,9 +92,9 @@ async def settled(plane: Plane) -> None:
 
 @pytest.mark.parametrize("delta", [False, True], ids=["sotw", "delta"])
 async def test_streams_the_client_resets_leave_nothing_behind(
-    no_collector: None, delta: bool
+    no_collector: None, delta: bool, transport_kind: TransportKind
 ) -> None:
-    async with control_plane() as plane:
+    async with control_plane(transport_kind=transport_kind) as plane:
         for index in range(STREAMS):
             async with channel(plane.target) as connection:
                 call = connection.open(DELTA_ADS if delta else ADS, delta=delta)
@@ -98,8 +108,10 @@ async def test_streams_the_client_resets_leave_nothing_behind(
         assert left_behind() == {"alive": 0, "in cycles": 0}
 
 
-async def test_streams_whose_connection_drops_leave_nothing_behind(no_collector: None) -> None:
-    async with control_plane() as plane:
+async def test_streams_whose_connection_drops_leave_nothing_behind(
+    no_collector: None, transport_kind: TransportKind
+) -> None:
+    async with control_plane(transport_kind=transport_kind) as plane:
         for index in range(STREAMS):
             async with channel(plane.target) as connection:
                 call = connection.open(ADS)
@@ -111,9 +123,9 @@ async def test_streams_whose_connection_drops_leave_nothing_behind(no_collector:
 
 
 async def test_streams_ended_by_a_protocol_error_leave_nothing_behind(
-    no_collector: None,
+    no_collector: None, transport_kind: TransportKind
 ) -> None:
-    async with control_plane() as plane:
+    async with control_plane(transport_kind=transport_kind) as plane:
         for _ in range(STREAMS):
             async with channel(plane.target) as connection:
                 call = connection.open(ADS)

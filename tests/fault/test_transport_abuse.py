@@ -23,6 +23,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.to_thread
@@ -35,7 +36,8 @@ import pytest
 from h2.errors import ErrorCodes
 from h2.settings import SettingCodes
 
-from xdscore import CLUSTER, StreamLimits
+from xdscore import CLUSTER, GrpclibTransport, Http2Transport, StreamLimits
+from xdscore.transport._h2_connection import Connection
 from xdscore.transport._http2 import ConnectionLimits
 
 from ._clients import (
@@ -54,7 +56,15 @@ from ._clients import (
     rss_bytes,
 )
 
-pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90)]
+TransportKind = type[Http2Transport] | type[GrpclibTransport]
+
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.timeout(90),
+    pytest.mark.parametrize(
+        "transport_kind", [Http2Transport, GrpclibTransport], ids=["http2", "grpclib"]
+    ),
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 MiB = 2**20
@@ -92,6 +102,31 @@ def cuts(plane: Plane) -> dict[str, float]:
         or 0.0
         for reason in REASONS
     }
+
+
+def connections(plane: Plane) -> list[Any]:
+    """The server's HTTP/2 connections (each transport's own objects)."""
+    transport = plane.transport
+    if isinstance(transport, Http2Transport):
+        return list(transport._connections)
+    return list(transport._grpc._connections)
+
+
+def last_stream(connection: Any) -> int:
+    """The highest stream id the server acted on."""
+    if isinstance(connection, Connection):
+        return connection._last_stream
+    return int(connection.processor.last_stream_id)
+
+
+def open_streams(connection: Any) -> Any:
+    return connection.calls if isinstance(connection, Connection) else connection.processor.streams
+
+
+def counter(connection: Any, bucket: str) -> int:
+    """Frames counted by one of the connection's abuse buckets."""
+    holder = connection if isinstance(connection, Connection) else connection.processor
+    return int(getattr(holder, bucket).count)
 
 
 def cut_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -310,13 +345,15 @@ async def pushes_until(plane: Plane, healthy: HealthyClient, done: anyio.Event) 
 LIMIT = 8 * MiB
 
 
-async def test_huge_request_is_refused_from_its_prefix() -> None:
+async def test_huge_request_is_refused_from_its_prefix(transport_kind: TransportKind) -> None:
     """A client declares a 200 MB message and sends its body as fast as it may: it gets
     RESOURCE_EXHAUSTED and a reset before the server reads the body, the server's memory
     barely moves, and a client on another connection keeps receiving pushes."""
     declared = 200 * 1_000_000
     async with (
-        control_plane(limits=StreamLimits(max_request_bytes=LIMIT)) as plane,
+        control_plane(
+            transport_kind=transport_kind, limits=StreamLimits(max_request_bytes=LIMIT)
+        ) as plane,
         healthy_client(plane) as healthy,
     ):
         before = peak = rss_bytes()
@@ -356,20 +393,26 @@ async def test_huge_request_is_refused_from_its_prefix() -> None:
 
 
 @pytest.mark.parametrize("delta", [False, True], ids=["sotw", "delta"])
-async def test_request_exactly_at_the_limit(delta: bool) -> None:
+async def test_request_exactly_at_the_limit(delta: bool, transport_kind: TransportKind) -> None:
     """The prefix check and the driver's agree: a request of exactly the limit is served,
     one byte more is refused with the driver's words."""
     message = (delta_request if delta else request)(CLUSTER, node_id="at-the-limit")
     size = message.ByteSize()
     path = DELTA_ADS if delta else ADS
     exact = StreamLimits(max_request_bytes=size)
-    async with control_plane(limits=exact) as plane, channel(plane.target) as chan:
+    async with (
+        control_plane(transport_kind=transport_kind, limits=exact) as plane,
+        channel(plane.target) as chan,
+    ):
         call = chan.open(path, delta=delta)
         await call.send(message)
         response = await call.recv()
         assert response.type_url == CLUSTER
     under = StreamLimits(max_request_bytes=size - 1)
-    async with control_plane(limits=under) as plane, channel(plane.target) as chan:
+    async with (
+        control_plane(transport_kind=transport_kind, limits=under) as plane,
+        channel(plane.target) as chan,
+    ):
         call = chan.open(path, delta=delta)
         await call.send(message)
         failure = await call.failure()
@@ -388,9 +431,12 @@ async def test_request_exactly_at_the_limit(delta: bool) -> None:
     ],
     ids=["in-the-prefix", "after-the-prefix", "in-the-body"],
 )
-async def test_stream_ended_inside_a_message(sent: bytes) -> None:
+async def test_stream_ended_inside_a_message(sent: bytes, transport_kind: TransportKind) -> None:
     """A client that ends its side inside a message (a declared 100-byte one)."""
-    async with control_plane() as plane, healthy_client(plane) as healthy:
+    async with (
+        control_plane(transport_kind=transport_kind) as plane,
+        healthy_client(plane) as healthy,
+    ):
 
         def truncated() -> tuple[str, str]:
             client = RawH2(plane.port)
@@ -460,12 +506,17 @@ async def rapid_reset_attack(
     return Attack(results=results, cpu=cpu, seconds=seconds, latencies=latencies)
 
 
-async def test_rapid_reset_is_cut(caplog: pytest.LogCaptureFixture) -> None:
+async def test_rapid_reset_is_cut(
+    caplog: pytest.LogCaptureFixture, transport_kind: TransportKind
+) -> None:
     """20,000 HEADERS+RST_STREAM pairs as fast as one connection takes them: the server
     cuts it with GOAWAY ENHANCE_YOUR_CALM after a few hundred, spends little CPU on it, and
     a healthy client's pushes keep arriving meanwhile."""
     caplog.set_level(logging.WARNING, logger="xdscore.transport")
-    async with control_plane() as plane, healthy_client(plane) as healthy:
+    async with (
+        control_plane(transport_kind=transport_kind) as plane,
+        healthy_client(plane) as healthy,
+    ):
         attack = await rapid_reset_attack(plane, healthy, pairs=20_000, connections=1)
         (result,) = attack.results
         print(
@@ -487,13 +538,18 @@ async def test_rapid_reset_is_cut(caplog: pytest.LogCaptureFixture) -> None:
         await healthy.still_served()
 
 
-async def test_rapid_reset_reconnecting(caplog: pytest.LogCaptureFixture) -> None:
+async def test_rapid_reset_reconnecting(
+    caplog: pytest.LogCaptureFixture, transport_kind: TransportKind
+) -> None:
     """The same 20,000 pairs from an attacker that reconnects after every cut: every
     connection is cut early, and the healthy client's pushes stay fast throughout. (The
     bound is per connection: the CPU a reconnecting attacker costs grows with its
     connections; see docs/limits.md.)"""
     caplog.set_level(logging.WARNING, logger="xdscore.transport")
-    async with control_plane() as plane, healthy_client(plane) as healthy:
+    async with (
+        control_plane(transport_kind=transport_kind) as plane,
+        healthy_client(plane) as healthy,
+    ):
         attack = await rapid_reset_attack(plane, healthy, pairs=20_000, connections=200)
         results = attack.results
         accepted = [result.streams_accepted for result in results]
@@ -518,25 +574,22 @@ async def test_rapid_reset_reconnecting(caplog: pytest.LogCaptureFixture) -> Non
         await healthy.still_served()
 
 
-async def test_resets_below_the_bound_leave_nothing_behind() -> None:
+async def test_resets_below_the_bound_leave_nothing_behind(transport_kind: TransportKind) -> None:
     """300 HEADERS+RST_STREAM pairs at once, under the burst: the connection stays, and
     no stream is left in its table (grpclib alone kept every stream reset in the batch
     that opened it, for the connection's lifetime)."""
-    async with control_plane() as plane, healthy_client(plane) as healthy:
+    async with (
+        control_plane(transport_kind=transport_kind) as plane,
+        healthy_client(plane) as healthy,
+    ):
         client = await anyio.to_thread.run_sync(RawH2, plane.port)
         try:
             for _ in range(300):
                 client.conn.reset_stream(client.open_stream(), ErrorCodes.CANCEL)
             await anyio.to_thread.run_sync(client.flush)
-            await eventually(
-                lambda: any(
-                    c.processor.last_stream_id == 599 for c in plane.transport._grpc._connections
-                )
-            )
-            (attacked,) = [
-                c for c in plane.transport._grpc._connections if c.processor.last_stream_id == 599
-            ]
-            await eventually(lambda: not attacked.processor.streams)
+            await eventually(lambda: any(last_stream(c) == 599 for c in connections(plane)))
+            (attacked,) = [c for c in connections(plane) if last_stream(c) == 599]
+            await eventually(lambda: not open_streams(attacked))
             assert attacked.cut is None
             await anyio.to_thread.run_sync(client.pump, 0.2)
             assert client.goaway is None
@@ -555,12 +608,19 @@ async def test_resets_below_the_bound_leave_nothing_behind() -> None:
     ],
 )
 async def test_control_frame_flood_is_cut(
-    kind: str, reason: str, burst: int, caplog: pytest.LogCaptureFixture
+    kind: str,
+    reason: str,
+    burst: int,
+    caplog: pytest.LogCaptureFixture,
+    transport_kind: TransportKind,
 ) -> None:
     """20,000 PINGs (or SETTINGS) as fast as the socket takes them: cut after the burst,
     the frames past it unanswered."""
     caplog.set_level(logging.WARNING, logger="xdscore.transport")
-    async with control_plane() as plane, healthy_client(plane) as healthy:
+    async with (
+        control_plane(transport_kind=transport_kind) as plane,
+        healthy_client(plane) as healthy,
+    ):
         result = await anyio.to_thread.run_sync(flood, plane.port, kind, 20_000)
         print(
             f"{kind} flood: {result.sent} sent, {result.answered} answered before the cut"
@@ -583,7 +643,9 @@ async def test_control_frame_flood_is_cut(
         await healthy.still_served()
 
 
-async def test_well_behaved_client_is_never_cut(caplog: pytest.LogCaptureFixture) -> None:
+async def test_well_behaved_client_is_never_cut(
+    caplog: pytest.LogCaptureFixture, transport_kind: TransportKind
+) -> None:
     """An Envoy-like client for a few seconds: ADS, Delta and per-type streams on one
     connection, keepalive pings every 100 ms, every push ACKed, and meanwhile a stream
     opened, answered and cancelled every 100 ms. Nothing is cut."""
@@ -595,7 +657,7 @@ async def test_well_behaved_client_is_never_cut(caplog: pytest.LogCaptureFixture
         ("grpc.http2.max_pings_without_data", 0),
     ]
     async with (
-        control_plane() as plane,
+        control_plane(transport_kind=transport_kind) as plane,
         channel(plane.target, options=options) as chan,
         healthy_client(plane, "envoy-like", connection=chan) as healthy,
     ):
@@ -627,11 +689,8 @@ async def test_well_behaved_client_is_never_cut(caplog: pytest.LogCaptureFixture
                 latencies.append(await healthy.still_served(timeout=5))
                 await anyio.sleep(0.05)
         elapsed = time.monotonic() - started
-        (connection,) = list(plane.transport._grpc._connections)
-        processor = connection.processor
-        seen = {
-            bucket: getattr(processor, bucket).count for bucket in ("resets", "pings", "settings")
-        }
+        (connection,) = connections(plane)
+        seen = {bucket: counter(connection, bucket) for bucket in ("resets", "pings", "settings")}
         print(
             f"well-behaved client: {len(latencies)} pushes, slowest {max(latencies):.3f} s, "
             f"{churned} short streams; frames counted in {elapsed:.1f} s: {seen}"

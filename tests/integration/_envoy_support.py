@@ -22,7 +22,7 @@ from xdscore import (
     ENDPOINT,
     LISTENER,
     ROUTE,
-    GrpclibTransport,
+    Http2Transport,
     ResponseAcked,
     ResponseNacked,
     ServerCallbacks,
@@ -408,7 +408,7 @@ async def control_plane_process(
 async def _serve(xds_port: int, listener_port: int, backend_port: int) -> None:
     cache = SnapshotCache(group=same_for_all)
     cache.set_snapshot(None, make_snapshot(listener_port, {"backend_a": backend_port}, "backend_a"))
-    async with GrpclibTransport(XdsServer(cache)) as transport:
+    async with Http2Transport(XdsServer(cache)) as transport:
         await transport.start(port=xds_port)
         print("ready", flush=True)
         await anyio.sleep_forever()

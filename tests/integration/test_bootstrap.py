@@ -14,7 +14,7 @@ import anyio
 import pytest
 import yaml
 
-from xdscore import GrpclibTransport, Snapshot, SnapshotCache, XdsServer, same_for_all
+from xdscore import Http2Transport, Snapshot, SnapshotCache, XdsServer, same_for_all
 from xdscore import builders as b
 from xdscore.testing import Envoy, HttpBackend, free_port, http_get
 from xdscore.transport import CertificateFiles
@@ -102,7 +102,7 @@ async def test_envoy_runs_from_the_printed_bootstrap(
         cache = SnapshotCache(group=same_for_all)
         cache.set_snapshot(None, web_snapshot(listener, backend.port))
         server = XdsServer(cache)
-        async with GrpclibTransport(server) as transport:
+        async with Http2Transport(server) as transport:
             port = await transport.start("127.0.0.1", 0, ssl_context=context)
             printed = await xdscore(
                 "bootstrap", "envoy", "--server", f"127.0.0.1:{port}", "--node", "edge-1",
@@ -131,7 +131,7 @@ async def test_grpc_client_runs_from_the_printed_bootstrap(tls: bool, tmp_path: 
         cache.set_snapshot(None, snapshot("cluster-a", {"cluster-a": backend_port}))
         recorder = Recorder()
         server = XdsServer(cache, callbacks=recorder)
-        async with GrpclibTransport(server) as transport:
+        async with Http2Transport(server) as transport:
             port = await transport.start("127.0.0.1", 0, ssl_context=context)
             printed = await xdscore(
                 "bootstrap", "grpc", "--server", f"127.0.0.1:{port}", "--node", NODE_ID, *flags

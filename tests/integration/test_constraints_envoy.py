@@ -9,7 +9,7 @@ import pytest
 from xdscore import Snapshot, SnapshotCache, XdsServer, same_for_all
 from xdscore.analysis import FIELD_CONSTRAINT, analyze
 from xdscore.testing import Envoy, envoy_bootstrap
-from xdscore.transport import GrpclibTransport
+from xdscore.transport import Http2Transport
 
 from ..unit.test_constraints import FAMILIES, GOOD_CLUSTER, cluster_with
 
@@ -20,7 +20,7 @@ async def test_envoy_nacks_every_planted_violation() -> None:
     cache = SnapshotCache(group=same_for_all)
     good = cluster_with("connect_timeout", GOOD_CLUSTER["connect_timeout"])
     cache.set_snapshot(None, Snapshot([good]))
-    async with GrpclibTransport(XdsServer(cache)) as transport:
+    async with Http2Transport(XdsServer(cache)) as transport:
         port = await transport.start()
         async with Envoy(envoy_bootstrap(xds_port=port)) as envoy:
 

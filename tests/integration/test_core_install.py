@@ -70,7 +70,7 @@ import anyio
 from envoy.config.cluster.v3.cluster_pb2 import Cluster
 from envoy.config.endpoint.v3.endpoint_pb2 import ClusterLoadAssignment
 
-from xdscore import GrpclibTransport, Snapshot, SnapshotCache, XdsServer, same_for_all
+from xdscore import Http2Transport, Snapshot, SnapshotCache, XdsServer, same_for_all
 from xdscore import builders as b
 
 
@@ -97,7 +97,7 @@ async def main() -> None:
     cache = SnapshotCache(group=same_for_all)
     cache.set_snapshot(None, Snapshot(resources(8080)))
     server = XdsServer(cache)
-    async with GrpclibTransport(server) as transport:
+    async with Http2Transport(server) as transport:
         port: int = await transport.start("127.0.0.1", 0)
         print(port, report(server))
 

@@ -33,7 +33,7 @@ from xdscore import (
 from xdscore.config import load_directory, read_directory
 from xdscore.protocol import DeltaDiscoveryRequest, DiscoveryRequest
 from xdscore.testing import Envoy, EnvoyError, HttpBackend, envoy_bootstrap, free_port
-from xdscore.transport import GrpclibTransport
+from xdscore.transport import Http2Transport
 
 from ..corpus import SETS, placeholders, render
 from ..tls_support import CertificateAuthority
@@ -205,9 +205,7 @@ async def served(name: str, tmp_path: Path, delta: bool) -> AsyncIterator[Served
                 backends[label] = stack.enter_context(HttpBackend(label, port=port))
             elif key == "UDP_ECHO_PORT":
                 await stack.enter_async_context(udp_echo(port))
-        transport = await stack.enter_async_context(
-            GrpclibTransport(XdsServer(cache, callbacks=log))
-        )
+        transport = await stack.enter_async_context(Http2Transport(XdsServer(cache, callbacks=log)))
         xds_port = await transport.start(port=free_port())
         envoy = await stack.enter_async_context(
             Envoy(envoy_bootstrap(xds_port=xds_port, delta=delta))

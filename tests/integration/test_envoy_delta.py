@@ -22,7 +22,7 @@ from xdscore import (
     ENDPOINT,
     LISTENER,
     ROUTE,
-    GrpclibTransport,
+    Http2Transport,
     LinearCache,
     MuxCache,
     Resource,
@@ -49,9 +49,9 @@ LOOPBACK = "127.0.0.1"
 @contextlib.asynccontextmanager
 async def serving(
     cache: Cache, recorder: DeltaRecorder, port: int = 0
-) -> AsyncIterator[GrpclibTransport]:
+) -> AsyncIterator[Http2Transport]:
     """An XdsServer over grpclib on loopback ``port`` (0: any), stopped when the block ends."""
-    transport = GrpclibTransport(XdsServer(cache, callbacks=recorder))
+    transport = Http2Transport(XdsServer(cache, callbacks=recorder))
     await transport.start(port=port)
     try:
         yield transport
@@ -330,7 +330,7 @@ class Plane:
 
     envoy: Envoy
     cache: SnapshotCache
-    transport: GrpclibTransport
+    transport: Http2Transport
     listener_port: int
     items: list[Resource]
 
@@ -352,7 +352,7 @@ async def converged_envoy(
     listener_port = free_port()
     items = resources(listener_port, "backend", endpoints)
     cache = snapshot_cache(items)
-    transport = GrpclibTransport(XdsServer(cache, callbacks=recorder))
+    transport = Http2Transport(XdsServer(cache, callbacks=recorder))
     await transport.start(port=xds_port)
     try:
         async with Envoy(envoy_bootstrap(xds_port=xds_port, delta=True)) as envoy:

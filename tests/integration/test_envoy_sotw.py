@@ -17,7 +17,7 @@ from xdscore import (
     ENDPOINT,
     LISTENER,
     ROUTE,
-    GrpclibTransport,
+    Http2Transport,
     SnapshotCache,
     XdsServer,
     same_for_all,
@@ -99,7 +99,7 @@ async def test_ads_converges_routes_traffic_and_applies_update() -> None:
         cache = SnapshotCache(group=same_for_all)
         v1 = make_snapshot(listener_port, {"backend_a": backend_a.port}, "backend_a")
         cache.set_snapshot(None, v1)
-        async with GrpclibTransport(XdsServer(cache, callbacks=recorder)) as transport:
+        async with Http2Transport(XdsServer(cache, callbacks=recorder)) as transport:
             xds_port = await transport.start()
             async with Envoy(envoy_bootstrap(xds_port=xds_port)) as envoy:
                 before = await _converge(envoy, recorder)
@@ -153,7 +153,7 @@ async def test_per_type_services_converge_route_traffic_and_apply_update() -> No
             None,
             make_snapshot(listener_port, {"backend_a": backend_a.port}, "backend_a", per_type=True),
         )
-        async with GrpclibTransport(XdsServer(cache, callbacks=recorder)) as transport:
+        async with Http2Transport(XdsServer(cache, callbacks=recorder)) as transport:
             xds_port = await transport.start()
             bootstrap = envoy_bootstrap(xds_port=xds_port, aggregated=False)
             async with Envoy(bootstrap) as envoy:
@@ -206,7 +206,7 @@ async def test_nack_is_reported_not_resent_and_recovered() -> None:
         cache = SnapshotCache(group=same_for_all)
         backends = {"backend_a": backend_a.port}
         cache.set_snapshot(None, make_snapshot(listener_port, backends, "backend_a"))
-        async with GrpclibTransport(XdsServer(cache, callbacks=recorder)) as transport:
+        async with Http2Transport(XdsServer(cache, callbacks=recorder)) as transport:
             xds_port = await transport.start()
             async with Envoy(envoy_bootstrap(xds_port=xds_port)) as envoy:
                 before = await _converge(envoy, recorder)
@@ -420,7 +420,7 @@ async def test_control_plane_restart_resumes_without_resending() -> None:
         cache = SnapshotCache(group=same_for_all)
         snapshot = make_snapshot(listener_port, {"backend_a": backend_a.port}, "backend_a")
         cache.set_snapshot(None, snapshot)
-        first = GrpclibTransport(XdsServer(cache, callbacks=recorder))
+        first = Http2Transport(XdsServer(cache, callbacks=recorder))
         async with first:
             assert await first.start(port=xds_port) == xds_port
             async with Envoy(envoy_bootstrap(xds_port=xds_port)) as envoy:
@@ -444,7 +444,7 @@ async def test_control_plane_restart_resumes_without_resending() -> None:
                     cache2 = SnapshotCache(group=same_for_all)
                     cache2.set_snapshot(None, snapshot)
                     mark = recorder.mark()
-                    async with GrpclibTransport(XdsServer(cache2, callbacks=recorder)) as second:
+                    async with Http2Transport(XdsServer(cache2, callbacks=recorder)) as second:
                         assert await second.start(port=xds_port) == xds_port
                         await _check_resumed(
                             envoy,
@@ -502,7 +502,7 @@ async def test_control_plane_process_restart_resumes_without_resending() -> None
                 cache = SnapshotCache(group=same_for_all)
                 cache.set_snapshot(None, snapshot)
                 mark = recorder.mark()
-                async with GrpclibTransport(XdsServer(cache, callbacks=recorder)) as server:
+                async with Http2Transport(XdsServer(cache, callbacks=recorder)) as server:
                     assert await server.start(port=xds_port) == xds_port
                     await _check_resumed(
                         envoy,

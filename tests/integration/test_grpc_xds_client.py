@@ -26,7 +26,7 @@ from xdscore import (
     ENDPOINT,
     LISTENER,
     ROUTE,
-    GrpclibTransport,
+    Http2Transport,
     ResponseAcked,
     ResponseNacked,
     ServerCallbacks,
@@ -260,7 +260,7 @@ async def control_plane(
     cache.set_snapshot(None, initial)
     recorder = Recorder()
     server = XdsServer(cache, callbacks=recorder, ordered_ads=ordered_ads)
-    async with GrpclibTransport(server) as transport:
+    async with Http2Transport(server) as transport:
         yield ControlPlane(cache, recorder, await transport.start())
 
 

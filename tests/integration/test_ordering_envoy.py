@@ -39,7 +39,7 @@ from xdscore import (
     CLUSTER,
     ENDPOINT,
     ROUTE,
-    GrpclibTransport,
+    Http2Transport,
     Resource,
     ResponseAcked,
     ResponseNacked,
@@ -475,7 +475,7 @@ async def rig(*, delta: bool, ordered: bool, clusters: int) -> AsyncIterator[Rig
         server = XdsServer(
             cache, callbacks=recorder, ordered_ads=ordered, pacing=Pacing(quiet=0, max_delay=0)
         )
-        async with GrpclibTransport(server) as transport:
+        async with Http2Transport(server) as transport:
             xds_port = await transport.start()
             async with Envoy(envoy_bootstrap(xds_port=xds_port, delta=delta)) as envoy:
                 await envoy.wait_for(

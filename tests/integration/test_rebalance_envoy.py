@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from xdscore import GrpclibTransport, SnapshotCache, XdsServer, same_for_all
+from xdscore import Http2Transport, SnapshotCache, XdsServer, same_for_all
 from xdscore.server import Rebalancing
 from xdscore.testing import Envoy, HttpBackend, envoy_bootstrap, free_port
 
@@ -27,7 +27,7 @@ async def test_traffic_flows_while_envoys_stream_is_recycled(delta: bool) -> Non
         cache = SnapshotCache(group=same_for_all)
         cache.set_snapshot(None, make_snapshot(listener_port, {"b": backend.port}, "b"))
         server = XdsServer(cache, callbacks=recorder, rebalancing=policy)
-        async with GrpclibTransport(server) as transport:
+        async with Http2Transport(server) as transport:
             xds_port = await transport.start()
             async with Envoy(envoy_bootstrap(xds_port=xds_port, delta=delta)) as envoy:
                 await wait_traffic(envoy, listener_port, "hello")

@@ -21,7 +21,7 @@ import pytest
 
 from xdscore import (
     ROUTE,
-    GrpclibTransport,
+    Http2Transport,
     Snapshot,
     SnapshotCache,
     StreamInfo,
@@ -61,7 +61,7 @@ async def serving(
         assumed_features=assumed,
         authorize_resource=deny_route if deny else None,
     )
-    async with GrpclibTransport(server) as transport:
+    async with Http2Transport(server) as transport:
         yield await transport.start(), recorder
 
 

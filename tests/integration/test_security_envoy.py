@@ -35,7 +35,7 @@ import attrs
 import grpc
 import pytest
 
-from xdscore import CLUSTER, GrpclibTransport, Snapshot, SnapshotCache, XdsServer, same_for_all
+from xdscore import CLUSTER, Http2Transport, Snapshot, SnapshotCache, XdsServer, same_for_all
 from xdscore import builders as b
 from xdscore.server import SpiffeNodePolicy
 from xdscore.testing import Envoy, HttpBackend, envoy_bootstrap, free_port, http_get
@@ -395,7 +395,7 @@ async def test_rotating_through_a_kubernetes_secret_volume(tmp_path: Path) -> No
     files = CertificateFiles(volume / "tls.crt", volume / "tls.key", client_ca=ca_file)
     stop = anyio.Event()
     async with (
-        GrpclibTransport(XdsServer(SnapshotCache())) as transport,
+        Http2Transport(XdsServer(SnapshotCache())) as transport,
         anyio.create_task_group() as group,
     ):
         port = await transport.start("127.0.0.1", 0, ssl_context=files.context)
@@ -447,7 +447,7 @@ async def test_grpc_xds_client_over_mutual_tls(tmp_path: Path) -> None:
     )
     server = XdsServer(cache, authorize=SpiffeNodePolicy(SPIFFE_TEMPLATE, NODE_TEMPLATE))
     context = server_ssl_context(server_files.cert, server_files.key, client_ca=ca_file)
-    async with GrpclibTransport(server) as transport:
+    async with Http2Transport(server) as transport:
         port = await transport.start("127.0.0.1", 0, ssl_context=context)
 
         async def rpc_as(node_id: str) -> str:

@@ -28,7 +28,7 @@ from envoy.service.discovery.v3 import discovery_pb2
 from xdscore import (
     CLUSTER,
     LISTENER,
-    GrpclibTransport,
+    Http2Transport,
     Snapshot,
     SnapshotCache,
     XdsServer,
@@ -92,7 +92,7 @@ async def test_heartbeats_keep_a_ttl_resource_and_stopping_them_lets_it_lapse(
         cache = SnapshotCache(group=same_for_all)
         cache.set_snapshot(None, ttl_snapshot(backend.port, keep_port, drop_port, keep_ttl=delta))
         server = XdsServer(cache, callbacks=log)
-        transport = GrpclibTransport(server)
+        transport = Http2Transport(server)
         await transport.start(port=0)
         try:
             assert transport.port is not None
@@ -188,7 +188,7 @@ async def test_body_less_sotw_heartbeats_would_delete_every_listener(
         cache = SnapshotCache(group=same_for_all)
         cache.set_snapshot(None, ttl_snapshot(backend.port, keep_port, drop_port, keep_ttl=False))
         server = XdsServer(cache)
-        transport = GrpclibTransport(server)
+        transport = Http2Transport(server)
         await transport.start(port=0)
         try:
             assert transport.port is not None

@@ -36,7 +36,7 @@ from xdscore import (
     LISTENER,
     ROUTE,
     VIRTUAL_HOST,
-    GrpclibTransport,
+    Http2Transport,
     Resource,
     Snapshot,
     SnapshotCache,
@@ -122,7 +122,7 @@ async def test_listener_with_on_demand_virtual_hosts_is_ready_within_a_second(
         hosts = [virtual_host(host, "a") for host in first_hosts]
         cache = SnapshotCache(group=same_for_all)
         cache.set_snapshot(None, Snapshot([*base, *hosts], types=[VIRTUAL_HOST]))
-        transport = GrpclibTransport(XdsServer(cache, callbacks=recorder))
+        transport = Http2Transport(XdsServer(cache, callbacks=recorder))
         await transport.start(port=0)
         try:
             assert transport.port is not None

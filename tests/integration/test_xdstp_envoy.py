@@ -17,7 +17,7 @@ from envoy.service.discovery.v3 import discovery_pb2
 from xdscore import (
     ENDPOINT,
     ROUTE,
-    GrpclibTransport,
+    Http2Transport,
     Snapshot,
     SnapshotCache,
     XdsServer,
@@ -71,7 +71,7 @@ async def test_envoy_gets_resources_named_in_another_parameter_order(
         listener_port = free_port()
         cache = SnapshotCache(group=same_for_all)
         cache.set_snapshot(None, _snapshot(listener_port, backend.port))
-        async with GrpclibTransport(XdsServer(cache)) as transport:
+        async with Http2Transport(XdsServer(cache)) as transport:
             xds_port = await transport.start()
             async with Envoy(envoy_bootstrap(xds_port=xds_port, delta=delta)) as envoy:
                 status, _, _ = await wait_traffic(envoy, listener_port, "hello-xdstp")

@@ -26,7 +26,7 @@ from ..config import (
 )
 from ..etcd import DEFAULT_PREFIX
 from ..server import Authorizer, Rebalancing, SpiffeNodePolicy, XdsServer
-from ..transport import AdminApp, CertificateFiles, GrpclibTransport, serve_admin
+from ..transport import AdminApp, CertificateFiles, GrpclibTransport, Http2Transport, serve_admin
 from . import _descriptors, _workers
 from ._common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, address, fraction, non_negative
 from ._common import duration as _duration
@@ -35,6 +35,12 @@ from ._common import positive as _positive
 __all__ = ["add_parser", "run"]
 
 log = logging.getLogger("xdscore")
+
+TRANSPORTS: dict[str, type[Http2Transport] | type[GrpclibTransport]] = {
+    "http2": Http2Transport,
+    "grpclib": GrpclibTransport,
+}
+"""The ``--transport`` choices."""
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -137,6 +143,13 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     _descriptors.add_argument(serve)
     _workers.add_arguments(serve)
+    serve.add_argument(
+        "--transport",
+        choices=sorted(TRANSPORTS),
+        default="http2",
+        help="the gRPC server: xdscore's own HTTP/2 server (http2, the default) or "
+        "grpclib's (grpclib)",
+    )
     tls = serve.add_argument_group(
         "TLS and identity",
         "Without --tls-cert the server listens in plaintext and any client that can connect "
@@ -221,7 +234,7 @@ async def run(args: argparse.Namespace) -> int:
     hangups, requests = anyio.create_memory_object_stream[str](8)
     async with (
         _signals() as signals,  # before the serving line: a signal right after it stops cleanly
-        GrpclibTransport(server) as transport,
+        TRANSPORTS[args.transport](server) as transport,
         hangups,
         requests,
         anyio.create_task_group() as group,

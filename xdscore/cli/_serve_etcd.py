@@ -20,10 +20,10 @@ import anyio
 from ..cache import SnapshotCache, same_for_all
 from ..etcd import EtcdSource
 from ..server import Rebalancing, XdsServer
-from ..transport import CertificateFiles, GrpclibTransport
+from ..transport import CertificateFiles
 from . import _workers
 from ._common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, connect_etcd
-from ._serve import _security, _start_admin
+from ._serve import TRANSPORTS, _security, _start_admin
 
 __all__ = ["run_etcd"]
 
@@ -70,7 +70,8 @@ async def _serve(
 ) -> int:
     host, port = args.listen
     where = f"{source.prefix} at {args.etcd}"
-    async with GrpclibTransport(server) as transport, anyio.create_task_group() as group:
+    transport_kind = TRANSPORTS[getattr(args, "transport", "http2")]
+    async with transport_kind(server) as transport, anyio.create_task_group() as group:
         stop = anyio.Event()
         group.start_soon(_until_signalled, group.cancel_scope, stop)
         if _workers.is_worker(args):

@@ -363,7 +363,7 @@ class Connection(asyncio.Protocol):
         self._opened = 0.0
         self.resets = bucket(limits.resets_per_second, limits.resets_burst)
         self.pings = bucket(limits.pings_per_second, limits.pings_burst)
-        self.settings_bucket = bucket(limits.settings_per_second, limits.settings_burst)
+        self.settings = bucket(limits.settings_per_second, limits.settings_burst)
 
     # -- asyncio.Protocol -------------------------------------------------------
 
@@ -498,6 +498,7 @@ class Connection(asyncio.Protocol):
             self._maybe_credit_connection()
             if call is not None:
                 self.queue(rst_stream(stream_id, ErrorCode.STREAM_CLOSED))
+                self._abandon(call)
             return
         call.recv_window -= size
         if call.recv_window < 0:
@@ -657,7 +658,7 @@ class Connection(asyncio.Protocol):
         first = not self._settled
         self._settled = True
         self.queue(frame(FrameType.SETTINGS, ACK, 0))
-        flood = self.settings_bucket
+        flood = self.settings
         if not first and flood is not None and flood.take():
             self._abuse("settings_flood", flood)
 

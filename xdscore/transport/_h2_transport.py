@@ -115,29 +115,28 @@ class Http2Transport:
 
         async def run(call: Call) -> None:
             status, message = GrpcStatus.OK, None
+            deadline = asyncio.timeout(call.deadline)
             try:
-                if call.deadline is None:
+                async with deadline:
                     await handle(call)
-                else:
-                    async with asyncio.timeout(call.deadline):
-                        await handle(call)
             except ProtocolError as exc:
                 log.debug("stream from %s ended: %s (%s)", call.peer, exc.message, exc.status.name)
                 status, message = exc.status, exc.message
                 forget_frames(exc)
             except StreamClosed as exc:
                 forget_frames(exc)
-            except TimeoutError as exc:
-                status, message = GrpcStatus.DEADLINE_EXCEEDED, "the call's deadline passed"
-                forget_frames(exc)
             except asyncio.CancelledError as exc:
                 # The client reset the stream or left: there is no one to answer.
                 forget_frames(exc)
             except Exception as exc:
-                # A bug or a failing cache ends this call with INTERNAL, naming what failed,
-                # and the server keeps going.
-                log.exception("stream from %s failed", call.peer)
-                status, message = GrpcStatus.INTERNAL, f"internal error: {type(exc).__name__}"
+                if isinstance(exc, TimeoutError) and deadline.expired():
+                    status, message = GrpcStatus.DEADLINE_EXCEEDED, "the call's deadline passed"
+                else:
+                    # A bug or a failing cache ends this call with INTERNAL, naming what
+                    # failed, and the server keeps going.
+                    log.exception("stream from %s failed", call.peer)
+                    status = GrpcStatus.INTERNAL
+                    message = f"internal error: {type(exc).__name__}"
                 forget_frames(exc)
             call.finish(status, message)
 
