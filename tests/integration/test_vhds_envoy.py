@@ -178,6 +178,11 @@ async def test_listener_with_on_demand_virtual_hosts_is_ready_within_a_second(
                 if not hosts:
                     hosts = [virtual_host("a.example", "a")]
                     cache.set_snapshot(None, Snapshot([*base, *hosts]))
+                    # Asked for before Envoy applied the push, the host would be subscribed
+                    # to by name, and rightly sent again: the request waits for the ACK.
+                    with anyio.fail_after(5):
+                        while not recorder.latest_acked(VIRTUAL_HOST, since=mark):
+                            await anyio.sleep(0.01)
                 await serves(envoy, listener_port, "a.example", "hello-A")
                 pushed = [] if first_hosts else [(["route_0/a.example"], [])]
                 assert vhds_sent(recorder, mark) == pushed, recorder.dump(mark)
