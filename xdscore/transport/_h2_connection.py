@@ -295,9 +295,9 @@ class Call:
                     max_frame=connection.peer_frame,
                 )
             )
-            if not self.remote_closed:
-                # The client may still be sending: tell it to stop (as gRPC servers do).
-                connection.queue(rst_stream(self.id, ErrorCode.NO_ERROR))
+            # No RST_STREAM follows for a client still sending: some clients (grpclib's)
+            # fail a call whose trailers arrive in the same read as a reset. What the client
+            # sends after the trailers is credited to the connection and dropped.
         connection.release(self)
 
     async def closed(self) -> None:
@@ -738,8 +738,20 @@ class Connection(asyncio.Protocol):
             task.cancel()
 
     def close(self, debug: bytes = b"server stopping") -> None:
-        """GOAWAY NO_ERROR, end every stream, then close the socket (flushing first)."""
-        self._close(ErrorCode.NO_ERROR, debug)
+        """Close the socket once what is queued is written; with calls still open, send
+        GOAWAY NO_ERROR first and end them.
+
+        A connection whose calls have all ended gets no GOAWAY: some clients (grpclib's)
+        fail a call whose trailers arrived in the same read as a GOAWAY.
+        """
+        if self.calls:
+            self._close(ErrorCode.NO_ERROR, debug)
+            return
+        if self._transport is not None and not self.closing:
+            self.flush()
+            self.closing = True
+            self._transport.close()
+            asyncio.get_running_loop().call_later(self._limits.close_grace, self._transport.abort)
 
     def _close(self, code: ErrorCode, debug: bytes) -> None:
         if self.closing or self._transport is None:
