@@ -614,9 +614,10 @@ async def test_stream_past_the_concurrency_limit_is_refused() -> None:
         connection = served.connection()
         assert len(connection.calls) == 100
         await peer.send(frame(RST_STREAM, 0, 1, CANCEL.to_bytes(4, "big")), raw_headers(203))
+        await wait_until(lambda: 203 in connection.calls, what="stream 203 taken")
+        assert 1 not in connection.calls
         await peer.settle(0.1)
         assert len(peer.of(RST_STREAM)) == 1
-        assert sorted(connection.calls)[-1] == 203
         assert len(connection.calls) == 100
         await peer.close()
 
@@ -686,10 +687,11 @@ async def test_data_past_the_stream_window_resets_the_stream() -> None:
         peer = await raw_client(served.port)
         chunks = [frame(DATA, 0, 1, bytes(16_384)) for _ in range(STREAM_WINDOW // 16_384)]
         await peer.send(raw_headers(1), *chunks)
-        await peer.settle(0.1)
-        assert not peer.of(RST_STREAM)
+        await wait_until(lambda: 1 in served.connection().calls, what="the call")
         call = served.connection().calls[1]
-        assert (call.recv_window, len(call._buffer)) == (0, STREAM_WINDOW)
+        await wait_until(lambda: len(call._buffer) == STREAM_WINDOW, what="1 MiB buffered")
+        assert call.recv_window == 0
+        assert not peer.of(RST_STREAM)
         await peer.send(frame(DATA, 0, 1, b"!"), frame(PING, 0, 0, b"stillok?"))
         await peer.until(lambda p: p.of(RST_STREAM) and p.of(PING), what="reset and PING")
         (reset,) = peer.of(RST_STREAM)
@@ -857,8 +859,9 @@ async def test_settings_raising_a_stream_window_past_the_maximum_is_cut() -> Non
     async with serving() as served:
         peer = await raw_client(served.port)
         await peer.send(OPEN, frame(WINDOW_UPDATE, 0, 1, _u32(2**31 - 1 - 65_535)))
-        await peer.settle(0.05)
-        assert served.connection().calls[1].send_window == 2**31 - 1
+        await wait_until(
+            lambda: served.connection().calls[1].send_window == 2**31 - 1, what="the window"
+        )
         await peer.send(settings_frame({SettingCodes.INITIAL_WINDOW_SIZE: 65_536}))
         await peer.settle(0.2)
         assert peer.goaway is not None, "not cut"
@@ -902,10 +905,11 @@ async def test_twenty_megabytes_on_one_stream_never_buffer_more_than_its_window(
 
         await peer.until(lambda p: len(p.of(SETTINGS)) == 2, what="SETTINGS and its ACK")
         await push()
-        await peer.settle(0.2)
+        call = served.connection().calls[stream]
+        await wait_until(lambda: len(call._buffer) == STREAM_WINDOW, what="1 MiB buffered")
+        await peer.settle(0.1)
         await push()  # the window is used up: nothing more goes
         await peer.settle(0.1)
-        call = served.connection().calls[stream]
         assert sent == STREAM_WINDOW
         assert len(call._buffer) == STREAM_WINDOW
         assert isinstance(served.server, StalledServer)
