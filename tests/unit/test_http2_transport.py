@@ -859,9 +859,8 @@ async def test_settings_raising_a_stream_window_past_the_maximum_is_cut() -> Non
     async with serving() as served:
         peer = await raw_client(served.port)
         await peer.send(OPEN, frame(WINDOW_UPDATE, 0, 1, _u32(2**31 - 1 - 65_535)))
-        await wait_until(
-            lambda: served.connection().calls[1].send_window == 2**31 - 1, what="the window"
-        )
+        calls = served.connection().calls
+        await wait_until(lambda: 1 in calls and calls[1].send_window == 2**31 - 1)
         await peer.send(settings_frame({SettingCodes.INITIAL_WINDOW_SIZE: 65_536}))
         await peer.settle(0.2)
         assert peer.goaway is not None, "not cut"
@@ -905,7 +904,9 @@ async def test_twenty_megabytes_on_one_stream_never_buffer_more_than_its_window(
 
         await peer.until(lambda p: len(p.of(SETTINGS)) == 2, what="SETTINGS and its ACK")
         await push()
-        call = served.connection().calls[stream]
+        calls = served.connection().calls
+        await wait_until(lambda: stream in calls, what="the call")
+        call = calls[stream]
         await wait_until(lambda: len(call._buffer) == STREAM_WINDOW, what="1 MiB buffered")
         await peer.settle(0.1)
         await push()  # the window is used up: nothing more goes
