@@ -200,6 +200,10 @@ class Peer:
         return peer
 
     @property
+    def local_port(self) -> int:
+        return int(self._writer.get_extra_info("sockname")[1])
+
+    @property
     def h2(self) -> h2.connection.H2Connection:
         assert self.conn is not None
         return self.conn
@@ -329,6 +333,10 @@ class Peer:
             if "grpc-status" in fields:
                 return fields["grpc-status"], fields.get("grpc-message", "")
         return None
+
+    def abort(self) -> None:
+        """Drop the TCP connection (a reset, no HTTP/2 goodbye), as when a host dies."""
+        self._writer.transport.abort()
 
     async def close(self) -> None:
         self._writer.close()

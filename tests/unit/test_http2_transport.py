@@ -10,6 +10,7 @@ and GOAWAYs; and what it keeps: its calls per connection, bytes buffered, cut me
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -17,6 +18,7 @@ from typing import Any
 
 import anyio
 import attrs
+import h2.events
 import pytest
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.service.discovery.v3 import discovery_pb2
@@ -431,6 +433,30 @@ async def test_unknown_method_is_trailers_only_unimplemented() -> None:
         assert not served.connection().calls
 
 
+async def test_long_status_message_is_continued() -> None:
+    """A 50,000-character unknown path (h2 sends its header block in CONTINUATION frames):
+    the trailers-only answer naming it is a HEADERS frame and CONTINUATION frames of at
+    most 16,384 bytes, which h2 reassembles."""
+    path = "/no.such.Service/" + "m" * 50_000
+    async with serving() as served, client(served.port) as peer:
+        stream = await peer.open(path)
+        await peer.until(has_status(stream))
+        assert peer.status(stream) == (UNIMPLEMENTED, f"method {path} not implemented")
+        frames = [f for f in peer.frames if f.stream_id == stream]
+        kinds = [f.kind for f in frames]
+        assert kinds[0] == HEADERS
+        assert kinds[1:] == [CONTINUATION] * (len(frames) - 1)
+        assert len(frames) >= 3
+        assert max(len(f.payload) for f in frames) == 16_384
+        assert frames[0].flags == END_STREAM
+        assert frames[-1].flags == END_HEADERS
+        assert any(
+            isinstance(e, h2.events.TrailersReceived | h2.events.ResponseReceived)
+            for e in peer.events
+        )
+        assert not served.connection().calls
+
+
 @pytest.mark.parametrize(
     ("method", "content_type", "status"),
     [("GET", "application/grpc", "405"), ("POST", "text/plain", "415")],
@@ -641,6 +667,32 @@ async def test_client_reset_ends_the_handler() -> None:
         assert gauge == 0
 
 
+@pytest.mark.parametrize("leaving", ["rst-stream", "tcp-abort"])
+async def test_client_leaving_during_a_blocked_write_ends_the_handler(leaving: str) -> None:
+    """The server waits for window in the middle of a 50 KB response when the client resets
+    the stream or drops the connection: the handler ends, the call is released, and
+    nothing more is sent on the stream."""
+    async with large_responses(1000) as (served, peer, [stream]):
+        await _granted(peer, stream, 1000)
+        connection = served.connection()
+        assert list(connection.calls) == [stream]
+        if leaving == "rst-stream":
+            peer.h2.reset_stream(stream, CANCEL)
+            await peer.flush()
+        else:
+            peer.abort()
+        await wait_until(lambda: not list(served.server.streams()), what="the stream ended")
+        assert not connection.calls
+        assert served.recorder.closed == [None]
+        if leaving == "rst-stream":
+            await peer.settle(0.1)
+            assert len(peer.data(stream)) == 1000
+            assert not peer.of(HEADERS, stream)[1:], "trailers after the client's reset"
+            assert served.transport._connections == {connection}
+        else:
+            await wait_until(lambda: not served.transport._connections, what="connection gone")
+
+
 TIGHT = ConnectionLimits(
     resets_per_second=0.01,
     resets_burst=5,
@@ -652,9 +704,11 @@ TIGHT = ConnectionLimits(
 
 
 @pytest.mark.parametrize("reason", ["rapid_reset", "ping_flood", "settings_flood"])
-async def test_flood_past_the_limits_is_cut(reason: str) -> None:
+async def test_flood_past_the_limits_is_cut(reason: str, caplog: pytest.LogCaptureFixture) -> None:
     """20 frames against a burst of 5: GOAWAY ENHANCE_YOUR_CALM naming the reason, the
-    socket closed, one cut counted; at most the burst's frames answered."""
+    socket closed, one cut counted and one WARNING naming the peer; at most the burst's
+    frames answered."""
+    caplog.set_level(logging.WARNING, logger="xdscore.transport")
     async with serving(connection_limits=TIGHT) as served:
         peer = await raw_client(served.port)
         if reason == "rapid_reset":
@@ -678,6 +732,8 @@ async def test_flood_past_the_limits_is_cut(reason: str) -> None:
         assert answers <= 5
         assert served.cuts(reason) == 1
         assert not served.transport._connections
+        (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert f"cut the connection from 127.0.0.1:{peer.local_port} ({reason})" in warning
 
 
 async def test_data_past_the_stream_window_resets_the_stream() -> None:
