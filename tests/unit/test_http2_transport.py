@@ -971,12 +971,18 @@ async def test_twenty_megabytes_on_one_stream_never_buffer_more_than_its_window(
         assert len(call._buffer) == STREAM_WINDOW
         assert isinstance(served.server, StalledServer)
         served.server.go.set()
+        started, samples = time.monotonic(), 0
         with anyio.fail_after(20):
             while sent < len(body) or served.recorder.requests < count:
                 await push()
                 peak = max(peak, len(call._buffer))
                 await peer.settle(0.005)
                 peak = max(peak, len(call._buffer))
+                samples += 2
+        print(
+            f"{len(body):,} bytes on one stream in {time.monotonic() - started:.2f} s: at most "
+            f"{peak:,} buffered by the server ({samples} samples)"
+        )
         assert served.recorder.requests == count
         assert peak <= STREAM_WINDOW, peak
         assert call.recv_window >= 0
