@@ -512,6 +512,21 @@ async def test_request_at_the_limit(over: int) -> None:
             assert len(sotw(peer.responses(stream)[0]).resources) == 3
 
 
+@pytest.mark.parametrize(
+    "sent",
+    [b"\x00\x00\x00", prefixed(bytes(100))[:5], prefixed(bytes(100))[:15]],
+    ids=["in-the-prefix", "after-the-prefix", "in-the-body"],
+)
+async def test_stream_ended_inside_a_message(sent: bytes) -> None:
+    async with serving() as served, client(served.port) as peer:
+        stream = await peer.open(ADS)
+        peer.h2.send_data(stream, sent, end_stream=True)
+        await peer.flush()
+        await peer.until(has_status(stream))
+        assert peer.status(stream) == ("3", "the stream ended inside a message")
+        await wait_until(lambda: not served.connection().calls, what="the call released")
+
+
 async def test_compressed_message_is_unimplemented() -> None:
     async with serving() as served, client(served.port) as peer:
         stream = await peer.open(ADS)
@@ -646,6 +661,26 @@ async def test_stream_past_the_concurrency_limit_is_refused() -> None:
         assert len(peer.of(RST_STREAM)) == 1
         assert len(connection.calls) == 100
         await peer.close()
+
+
+async def test_a_hundred_streams_on_one_connection() -> None:
+    """100 ADS streams opened by h2 (its header blocks index into the server's HPACK table
+    from the second on): each gets its response; resetting them all ends every handler."""
+    async with serving() as served, client(served.port) as peer:
+        await peer.until(lambda p: len(p.of(SETTINGS)) == 2, what="SETTINGS and its ACK")
+        peer.h2.increment_flow_control_window(MiB)  # 100 responses need more than 65,535
+        streams = [await peer.open(ADS) for _ in range(100)]
+        for stream in streams:
+            await peer.send_message(stream, cds_request(f"node-{stream}"))
+        await peer.until(lambda p: all(_complete(p, s) for s in streams), what="100 responses")
+        assert all(len(sotw(peer.responses(s)[0]).resources) == 3 for s in streams)
+        assert len(served.connection().calls) == 100
+        for stream in streams:
+            peer.h2.reset_stream(stream, CANCEL)
+        await peer.flush()
+        await wait_until(lambda: not list(served.server.streams()), what="every stream ended")
+        assert not served.connection().calls
+        assert served.recorder.closed == [None] * 100
 
 
 async def test_client_reset_ends_the_handler() -> None:
