@@ -188,12 +188,13 @@ def cluster_names(response: discovery_pb2.DiscoveryResponse) -> list[str]:
     return [cluster_pb2.Cluster.FromString(packed.value).name for packed in response.resources]
 
 
-async def raw_client(port: int, values: dict[int, int] | None = None) -> Peer:
+@asynccontextmanager
+async def raw_client(port: int) -> AsyncIterator[Peer]:
     """A raw connection past its preface and SETTINGS, with the server's first frames read."""
-    peer = await Peer.connect(port, use_h2=False)
-    await peer.send(PREFACE, settings_frame(values))
-    await peer.until(lambda p: len(p.of(SETTINGS)) == 2, what="SETTINGS and its ACK")
-    return peer
+    async with client(port, use_h2=False) as peer:
+        await peer.send(PREFACE, settings_frame())
+        await peer.until(lambda p: len(p.of(SETTINGS)) == 2, what="SETTINGS and its ACK")
+        yield peer
 
 
 def raw_headers(
@@ -229,8 +230,7 @@ async def test_connection_setup_frames() -> None:
 
 
 async def test_ping_is_answered_with_its_bytes() -> None:
-    async with serving() as served:
-        peer = await raw_client(served.port)
+    async with serving() as served, raw_client(served.port) as peer:
         await peer.send(frame(PING, 0, 0, b"xdscore!"))
         await peer.until(lambda p: p.of(PING), what="the PING ACK")
         assert peer.of(PING) == [Frame(PING, ACK, 0, b"xdscore!")]
@@ -238,7 +238,6 @@ async def test_ping_is_answered_with_its_bytes() -> None:
         await peer.send(frame(PING, ACK, 0, b"12345678"))
         await peer.settle(0.1)
         assert len(peer.of(PING)) == 1
-        await peer.close()
 
 
 @pytest.mark.parametrize(
@@ -646,8 +645,7 @@ async def test_grpc_timeout_on_a_call_that_cannot_answer() -> None:
 async def test_stream_past_the_concurrency_limit_is_refused() -> None:
     """The 101st open stream gets RST_STREAM REFUSED_STREAM; once one of the 100 is reset,
     a new one is accepted."""
-    async with serving() as served:
-        peer = await raw_client(served.port)
+    async with serving() as served, raw_client(served.port) as peer:
         await peer.send(*(raw_headers(stream) for stream in range(1, 202, 2)))
         await peer.until(lambda p: p.of(RST_STREAM), what="a refusal")
         (refusal,) = peer.of(RST_STREAM)
@@ -660,7 +658,6 @@ async def test_stream_past_the_concurrency_limit_is_refused() -> None:
         await peer.settle(0.1)
         assert len(peer.of(RST_STREAM)) == 1
         assert len(connection.calls) == 100
-        await peer.close()
 
 
 async def test_a_hundred_streams_on_one_connection() -> None:
@@ -744,8 +741,7 @@ async def test_flood_past_the_limits_is_cut(reason: str, caplog: pytest.LogCaptu
     socket closed, one cut counted and one WARNING naming the peer; at most the burst's
     frames answered."""
     caplog.set_level(logging.WARNING, logger="xdscore.transport")
-    async with serving(connection_limits=TIGHT) as served:
-        peer = await raw_client(served.port)
+    async with serving(connection_limits=TIGHT) as served, raw_client(served.port) as peer:
         if reason == "rapid_reset":
             pairs = [
                 raw_headers(stream) + frame(RST_STREAM, 0, stream, CANCEL.to_bytes(4, "big"))
@@ -774,8 +770,7 @@ async def test_flood_past_the_limits_is_cut(reason: str, caplog: pytest.LogCaptu
 async def test_data_past_the_stream_window_resets_the_stream() -> None:
     """A handler that does not read: 1 MiB (the stream window) is taken; one byte more
     resets the stream with FLOW_CONTROL_ERROR, and the connection carries on."""
-    async with serving(stalled=True) as served:
-        peer = await raw_client(served.port)
+    async with serving(stalled=True) as served, raw_client(served.port) as peer:
         chunks = [frame(DATA, 0, 1, bytes(16_384)) for _ in range(STREAM_WINDOW // 16_384)]
         await peer.send(raw_headers(1), *chunks)
         await wait_until(lambda: 1 in served.connection().calls, what="the call")
@@ -790,7 +785,6 @@ async def test_data_past_the_stream_window_resets_the_stream() -> None:
         assert peer.of(PING) == [Frame(PING, ACK, 0, b"stillok?")]
         assert peer.goaway is None
         assert not served.connection().calls
-        await peer.close()
 
 
 @pytest.mark.xfail(
@@ -800,8 +794,7 @@ async def test_data_after_end_stream_resets_and_releases_the_stream() -> None:
     """DATA on a stream the client already half-closed is a stream error STREAM_CLOSED:
     the server resets it and, having reset it, keeps nothing of it (no call, no handler,
     no stream slot) and sends nothing more on it."""
-    async with serving() as served:
-        peer = await raw_client(served.port)
+    async with serving() as served, raw_client(served.port) as peer:
         await peer.send(raw_headers(1), frame(DATA, END_STREAM, 1, prefixed(cds_request())))
         await peer.until(lambda p: _complete(p, 1), what="the response")
         await peer.send(frame(DATA, 0, 1, b"more"))
@@ -813,7 +806,6 @@ async def test_data_after_end_stream_resets_and_releases_the_stream() -> None:
         served.cache.set_snapshot(None, Snapshot(clusters(4)))
         await peer.settle(0.2)
         assert peer.frames[-1] == reset, "frames sent on a stream after resetting it"
-        await peer.close()
 
 
 @pytest.mark.xfail(
@@ -823,8 +815,7 @@ async def test_streams_reset_by_the_server_count_as_rapid_resets() -> None:
     """The "made you reset" variant: HEADERS then a zero stream WINDOW_UPDATE, which the
     server answers by resetting the stream (its handler started and cancelled). Past the
     reset burst the connection is cut, as for the client's own resets."""
-    async with serving(connection_limits=TIGHT) as served:
-        peer = await raw_client(served.port)
+    async with serving(connection_limits=TIGHT) as served, raw_client(served.port) as peer:
         pairs = [raw_headers(s) + frame(WINDOW_UPDATE, 0, s, bytes(4)) for s in range(1, 41, 2)]
         await peer.send(*pairs)
         await peer.settle(0.3)
@@ -891,8 +882,7 @@ async def test_connection_error_is_cut(sent: bytes, code: int, last_stream: int)
     """After the handshake, a frame the protocol makes a connection error: GOAWAY with its
     code, naming the last stream the server took, then the socket closes and the
     connection's calls are gone."""
-    async with serving() as served:
-        peer = await raw_client(served.port)
+    async with serving() as served, raw_client(served.port) as peer:
         await peer.send(sent)
         await peer.closed()
         assert peer.goaway is not None
@@ -905,8 +895,7 @@ async def test_connection_error_is_cut(sent: bytes, code: int, last_stream: int)
 async def test_frames_the_server_may_ignore() -> None:
     """PRIORITY, frames of an unknown type, and trailers ending the client's side of a call:
     none of them ends anything; the connection still answers, the call still serves."""
-    async with serving() as served:
-        peer = await raw_client(served.port)
+    async with serving() as served, raw_client(served.port) as peer:
         await peer.send(
             frame(2, 0, 1, bytes(5)),  # PRIORITY on an idle stream
             frame(0x20, 0xFF, 0, b"extension"),
@@ -923,7 +912,6 @@ async def test_frames_the_server_may_ignore() -> None:
         )
         await peer.until(lambda p: _complete(p, 5), what="the response")
         assert served.connection().calls[5].remote_closed
-        await peer.close()
 
 
 @pytest.mark.xfail(
@@ -932,13 +920,11 @@ async def test_frames_the_server_may_ignore() -> None:
 async def test_zero_window_update_on_a_stream_is_a_protocol_error() -> None:
     """RFC 9113 section 6.9: a zero increment on a stream is a stream error of type
     PROTOCOL_ERROR (FLOW_CONTROL_ERROR is for a window past 2^31-1)."""
-    async with serving() as served:
-        peer = await raw_client(served.port)
+    async with serving() as served, raw_client(served.port) as peer:
         await peer.send(raw_headers(1), frame(WINDOW_UPDATE, 0, 1, bytes(4)))
         await peer.until(lambda p: p.of(RST_STREAM), what="the reset")
         (reset,) = peer.of(RST_STREAM)
         assert (reset.stream_id, reset.error_code) == (1, PROTOCOL_ERROR)
-        await peer.close()
 
 
 @pytest.mark.xfail(
@@ -947,8 +933,7 @@ async def test_zero_window_update_on_a_stream_is_a_protocol_error() -> None:
 async def test_settings_raising_a_stream_window_past_the_maximum_is_cut() -> None:
     """RFC 9113 section 6.9.2: a change of SETTINGS_INITIAL_WINDOW_SIZE that takes any
     stream's window past 2^31-1 is a connection error FLOW_CONTROL_ERROR."""
-    async with serving() as served:
-        peer = await raw_client(served.port)
+    async with serving() as served, raw_client(served.port) as peer:
         await peer.send(OPEN, frame(WINDOW_UPDATE, 0, 1, _u32(2**31 - 1 - 65_535)))
         calls = served.connection().calls
         await wait_until(lambda: 1 in calls and calls[1].send_window == 2**31 - 1)
