@@ -20,6 +20,7 @@ import attrs
 import h2.events
 import pytest
 from h2.errors import ErrorCodes
+from hpack import Encoder
 
 from xdscore import Http2Transport
 
@@ -219,6 +220,16 @@ async def test_data_after_the_client_ended_its_side_resets_the_stream() -> None:
 
 
 BIG = bytes(16_000)
+
+
+def header_list_of(size: int) -> bytes:
+    """A small header block that decodes to more than ``size`` bytes: one large field,
+    indexed once and then repeated by reference."""
+    field = ("x-big", "a" * 3_000)
+    fields = [*grpc_headers(1, ADS), *[field] * (size // 3_000 + 1)]
+    return Encoder().encode(fields)
+
+
 CONNECTION_ERRORS = {
     "frame_too_large": (
         raw_frame(DATA, 0, 1, bytes(20_000)),
@@ -235,6 +246,11 @@ CONNECTION_ERRORS = {
         raw_frame(HEADERS, END_HEADERS | END_STREAM, 1, b"\xff\xff\xff\xff"),
         ErrorCodes.COMPRESSION_ERROR,
         b"",
+    ),
+    "header_list_too_large": (
+        raw_frame(HEADERS, END_HEADERS | END_STREAM, 1, header_list_of(64 * 1024)),
+        ErrorCodes.COMPRESSION_ERROR,
+        b"A header list larger",
     ),
     "data_on_stream_0": (
         raw_frame(DATA, 0, 0, b"x"),
