@@ -22,9 +22,9 @@ import pytest
 from h2.errors import ErrorCodes
 from hpack import Encoder
 
-from xdscore import Http2Transport
+from xdscore import CLUSTER, Http2Transport
 
-from ._clients import ADS, Plane, control_plane, eventually, healthy_client
+from ._clients import ADS, Plane, control_plane, eventually, healthy_client, request
 from .test_bad_clients import _grpc_settled, _no_errors_logged  # noqa: F401  (autouse)
 from .test_transport_abuse import RawH2, cuts, grpc_headers
 
@@ -192,8 +192,13 @@ async def test_the_stream_past_the_hundredth_is_refused() -> None:
 
 
 def data_after_end(client: RawH2, port: int) -> int:
+    """An ADS request, then the client's side ended (a stream with no request at all is
+    ended by the server at once)."""
     stream_id = client.conn.get_next_available_stream_id()
-    client.conn.send_headers(stream_id, grpc_headers(port, ADS), end_stream=True)
+    client.conn.send_headers(stream_id, grpc_headers(port, ADS))
+    message = request(CLUSTER, node_id="half-closed").SerializeToString()
+    framed = b"\x00" + len(message).to_bytes(4, "big") + message
+    client.conn.send_data(stream_id, framed, end_stream=True)
     client.flush()
     return stream_id
 

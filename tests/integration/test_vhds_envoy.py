@@ -47,6 +47,7 @@ from xdscore import (
 from xdscore import builders as b
 from xdscore.testing import Envoy, HttpBackend, envoy_bootstrap, free_port
 
+from ..factories import wait_until
 from ._delta_support import DeltaRecorder, stats_reached
 from .test_envoy_delta import serving
 from .test_scopes_envoy import _get as get
@@ -180,9 +181,10 @@ async def test_listener_with_on_demand_virtual_hosts_is_ready_within_a_second(
                     cache.set_snapshot(None, Snapshot([*base, *hosts]))
                     # Asked for before Envoy applied the push, the host would be subscribed
                     # to by name, and rightly sent again: the request waits for the ACK.
-                    with anyio.fail_after(5):
-                        while not recorder.latest_acked(VIRTUAL_HOST, since=mark):
-                            await anyio.sleep(0.01)
+                    await wait_until(
+                        lambda: recorder.latest_acked(VIRTUAL_HOST, since=mark),
+                        what="the pushed host ACKed",
+                    )
                 await serves(envoy, listener_port, "a.example", "hello-A")
                 pushed = [] if first_hosts else [(["route_0/a.example"], [])]
                 assert vhds_sent(recorder, mark) == pushed, recorder.dump(mark)

@@ -162,6 +162,6 @@ async def test_a_full_socket_holds_the_writer_back() -> None:
 
 async def test_large_parts_are_sliced_and_small_runs_joined() -> None:
     body = b"b" * SHARED_BYTES
-    buffers = buffers([b"\x00\x00\x00\x00\x01", b"h", b"", body, b"t1", b"t2", b""])
-    assert [bytes(b) for b in buffers] == [b"\x00\x00\x00\x00\x01h", body, b"t1t2"]
-    assert buffers[1].obj is body  # the shared body itself, not a copy
+    pieces = buffers([b"\x00\x00\x00\x00\x01", b"h", b"", body, b"t1", b"t2", b""])
+    assert [bytes(b) for b in pieces] == [b"\x00\x00\x00\x00\x01h", body, b"t1t2"]
+    assert pieces[1].obj is body  # the shared body itself, not a copy

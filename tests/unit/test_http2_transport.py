@@ -543,9 +543,6 @@ async def test_fetch_half_closed_without_a_message_is_invalid() -> None:
         assert not served.connection().calls
 
 
-@pytest.mark.xfail(
-    strict=True, reason="bug: an ADS stream half-closed before any request is never ended"
-)
 async def test_half_close_without_a_message_ends_the_call_cleanly() -> None:
     """An ADS stream whose client ends its side before any request: there is nothing the
     server will ever send on it, so it ends with grpc-status 0 (as go-control-plane's
@@ -787,9 +784,6 @@ async def test_data_past_the_stream_window_resets_the_stream() -> None:
         assert not served.connection().calls
 
 
-@pytest.mark.xfail(
-    strict=True, reason="bug: DATA after END_STREAM is reset but the call and its handler stay"
-)
 async def test_data_after_end_stream_resets_and_releases_the_stream() -> None:
     """DATA on a stream the client already half-closed is a stream error STREAM_CLOSED:
     the server resets it and, having reset it, keeps nothing of it (no call, no handler,
@@ -808,9 +802,6 @@ async def test_data_after_end_stream_resets_and_releases_the_stream() -> None:
         assert peer.frames[-1] == reset, "frames sent on a stream after resetting it"
 
 
-@pytest.mark.xfail(
-    strict=True, reason="bug: streams the server resets for the client's errors are not counted"
-)
 async def test_streams_reset_by_the_server_count_as_rapid_resets() -> None:
     """The "made you reset" variant: HEADERS then a zero stream WINDOW_UPDATE, which the
     server answers by resetting the stream (its handler started and cancelled). Past the
@@ -914,9 +905,6 @@ async def test_frames_the_server_may_ignore() -> None:
         assert served.connection().calls[5].remote_closed
 
 
-@pytest.mark.xfail(
-    strict=True, reason="bug: a zero WINDOW_UPDATE on a stream is reset FLOW_CONTROL_ERROR"
-)
 async def test_zero_window_update_on_a_stream_is_a_protocol_error() -> None:
     """RFC 9113 section 6.9: a zero increment on a stream is a stream error of type
     PROTOCOL_ERROR (FLOW_CONTROL_ERROR is for a window past 2^31-1)."""
@@ -927,9 +915,6 @@ async def test_zero_window_update_on_a_stream_is_a_protocol_error() -> None:
         assert (reset.stream_id, reset.error_code) == (1, PROTOCOL_ERROR)
 
 
-@pytest.mark.xfail(
-    strict=True, reason="bug: SETTINGS may raise a stream's send window past 2^31-1 unchecked"
-)
 async def test_settings_raising_a_stream_window_past_the_maximum_is_cut() -> None:
     """RFC 9113 section 6.9.2: a change of SETTINGS_INITIAL_WINDOW_SIZE that takes any
     stream's window past 2^31-1 is a connection error FLOW_CONTROL_ERROR."""
@@ -1011,9 +996,11 @@ async def test_twenty_megabytes_on_one_stream_never_buffer_more_than_its_window(
 # -- 5. stopping -----------------------------------------------------------------------------------
 
 
-async def test_stop_sends_trailers_then_goaway() -> None:
+async def test_stop_sends_trailers_then_closes() -> None:
     """Stopping the transport: each open stream gets trailers with grpc-status 0, then the
-    connection a GOAWAY NO_ERROR naming the last stream, then the socket closes."""
+    socket closes. No GOAWAY follows once every call has ended (some clients fail a call
+    whose trailers arrive in the same read as a GOAWAY), and no RST_STREAM follows the
+    trailers of a client that is not inside a message."""
     async with serving() as served, client(served.port) as peer:
         streams = [await peer.open(ADS), await peer.open(ADS)]
         for stream in streams:
@@ -1024,25 +1011,16 @@ async def test_stop_sends_trailers_then_goaway() -> None:
         await stopping
         for stream in streams:
             assert peer.status(stream) == (OK, "")
-        trailers = [
-            index
-            for index, f in enumerate(peer.frames)
-            if f.kind == HEADERS and f.flags & END_STREAM
-        ]
-        (goaway,) = [index for index, f in enumerate(peer.frames) if f.kind == GOAWAY]
+        trailers = [f for f in peer.frames if f.kind == HEADERS and f.flags & END_STREAM]
         assert len(trailers) == 2
-        assert max(trailers) < goaway
-        assert peer.goaway is not None
-        assert (peer.goaway.error_code, peer.goaway.last_stream_id) == (NO_ERROR, streams[-1])
+        assert not [f for f in peer.frames if f.kind in (GOAWAY, RST_STREAM)]
+        assert peer.goaway is None
 
 
-@pytest.mark.xfail(
-    strict=True, reason="bug: a stream stopped inside a message gets grpc-status 0 trailers"
-)
 async def test_stop_inside_a_message_resets_the_stream() -> None:
     """Stopping while a 50 KB response waits for a 1000-byte window: the client holds 1000
     bytes of a message, so the stream cannot end with OK (the client would see a truncated
-    message and success); it is reset (CANCEL), then the GOAWAY follows."""
+    message and success); it is reset (CANCEL), then the socket closes."""
     async with large_responses(1000) as (served, peer, [stream]):
         await _granted(peer, stream, 1000)
         stopping = asyncio.create_task(served.transport.stop())
@@ -1051,5 +1029,4 @@ async def test_stop_inside_a_message_resets_the_stream() -> None:
         assert peer.status(stream) is None, "a truncated message ended with a status"
         (reset,) = peer.of(RST_STREAM, stream)
         assert reset.error_code == CANCEL
-        assert peer.goaway is not None
-        assert peer.goaway.error_code == NO_ERROR
+        assert peer.goaway is None

@@ -407,6 +407,10 @@ class ServerDriver(Generic[_Request, _Response]):
         if data is not None and self._on_first is not None:
             self._on_first()  # admission: may refuse the stream, its request read
         self.admitted = data is not None
+        if data is None:
+            # The client closed its side before asking for anything: nothing will ever be
+            # sent on this stream, so it ends now (with OK) rather than holding its slot.
+            raise StreamClosed("the client closed its side before any request")
         while True:
             if data is None:
                 await self._peer_gone()

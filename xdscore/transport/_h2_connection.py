@@ -103,6 +103,7 @@ class Call:
         "_gone",
         "_headers_sent",
         "_limit",
+        "_partial",
         "_readable",
         "_uncredited",
         "_window_open",
@@ -141,6 +142,8 @@ class Call:
         self._window_open: asyncio.Future[None] | None = None
         self._gone: asyncio.Event | None = None
         self._headers_sent = False
+        self._partial = False
+        """Whether a message is written in part: the stream can then only be reset."""
         self.remote_closed = False
         self.reset = False
         self.ended = False
@@ -231,6 +234,7 @@ class Call:
     async def _send_large(self, parts: list[bytes]) -> None:
         connection = self._connection
         pending = buffers(parts)
+        self._partial = True
         while pending:
             room = min(self.send_window, connection.send_window)
             if room <= 0:
@@ -250,6 +254,7 @@ class Call:
                 await connection.drained()
             if self.reset or connection.closing:
                 raise StreamClosed("the stream is closed")
+        self._partial = False
 
     async def _wait_window(self) -> None:
         if self.reset or self._connection.closing:
@@ -285,7 +290,10 @@ class Call:
             return
         self.ended = True
         connection = self._connection
-        if not self.reset and not connection.closing:
+        if self._partial and not self.reset and not connection.closing:
+            # The client holds part of a message: no status can follow it.
+            connection.queue(rst_stream(self.id, ErrorCode.CANCEL))
+        elif not self.reset and not connection.closing:
             connection.queue(
                 *trailers(
                     self.id,
@@ -295,9 +303,12 @@ class Call:
                     max_frame=connection.peer_frame,
                 )
             )
-            # No RST_STREAM follows for a client still sending: some clients (grpclib's)
-            # fail a call whose trailers arrive in the same read as a reset. What the client
-            # sends after the trailers is credited to the connection and dropped.
+            if not self.remote_closed and self._buffer:
+                # The client is inside a message (one refused from its prefix): tell it to
+                # stop sending. Otherwise no RST_STREAM follows the trailers: some clients
+                # (grpclib's) fail a call whose trailers arrive in the same read as a reset;
+                # what such a client sends later is credited to the connection and dropped.
+                connection.queue(rst_stream(self.id, ErrorCode.NO_ERROR))
         connection.release(self)
 
     async def closed(self) -> None:
@@ -497,14 +508,12 @@ class Connection(asyncio.Protocol):
             self._uncredited += size
             self._maybe_credit_connection()
             if call is not None:
-                self.queue(rst_stream(stream_id, ErrorCode.STREAM_CLOSED))
-                self._abandon(call)
+                self._reset(call, ErrorCode.STREAM_CLOSED)
             return
         call.recv_window -= size
         if call.recv_window < 0:
-            self.queue(rst_stream(stream_id, ErrorCode.FLOW_CONTROL_ERROR))
             self._uncredited += size
-            self._abandon(call)
+            self._reset(call, ErrorCode.FLOW_CONTROL_ERROR)
             return
         call._received(payload, size - len(payload))
         if flags & END_STREAM:
@@ -607,9 +616,11 @@ class Connection(asyncio.Protocol):
         call = self.calls.get(stream_id)
         if call is None:
             return
-        if not increment or call.send_window + increment > MAX_WINDOW:
-            self.queue(rst_stream(stream_id, ErrorCode.FLOW_CONTROL_ERROR))
-            self._abandon(call)
+        if not increment:
+            self._reset(call, ErrorCode.PROTOCOL_ERROR)
+            return
+        if call.send_window + increment > MAX_WINDOW:
+            self._reset(call, ErrorCode.FLOW_CONTROL_ERROR)
             return
         call.send_window += increment
         call._window_changed()
@@ -623,6 +634,16 @@ class Connection(asyncio.Protocol):
         if call is None:
             return
         self._abandon(call)
+        self._count_reset(call)
+
+    def _reset(self, call: Call, code: ErrorCode) -> None:
+        """The client broke the protocol on ``call``: reset it. A young stream counts as a
+        rapid reset (the "made you reset" variant), as one the client resets does."""
+        self.queue(rst_stream(call.id, code))
+        self._abandon(call)
+        self._count_reset(call)
+
+    def _count_reset(self, call: Call) -> None:
         resets = self.resets
         young = time.monotonic() - call.opened < self._limits.reset_age
         if resets is not None and young and resets.take():
@@ -646,6 +667,10 @@ class Connection(asyncio.Protocol):
                 self.peer_window = value
                 for call in self.calls.values():
                     call.send_window += change
+                    if call.send_window > MAX_WINDOW:
+                        raise _ConnectionError(
+                            ErrorCode.FLOW_CONTROL_ERROR, "a stream window past 2^31-1"
+                        )
                     call._window_changed()
             elif key == Setting.MAX_FRAME_SIZE:
                 if not DEFAULT_FRAME <= value <= MAX_FRAME:
