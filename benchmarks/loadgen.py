@@ -32,6 +32,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import re
 import resource
 import shlex
@@ -40,7 +41,9 @@ import statistics
 import sys
 import time
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -60,6 +63,9 @@ from xdscore.protocol import (
 )
 from xdscore.server import ClientDriver
 from xdscore.wire import decode_response, make_node
+
+sys.path.insert(0, str(Path(__file__).parent))
+from h2client import CallEnded, H2Call
 
 ADS = "/envoy.service.discovery.v3.AggregatedDiscoveryService/"
 UNLIMITED = [
@@ -90,6 +96,32 @@ class GrpcioStream:
 
     async def send(self, data: bytes) -> None:
         await self._call.write(data)
+
+
+_RESOURCE_EXHAUSTED = 8
+_UNAVAILABLE = 14
+
+
+def _status_of(error: grpc.aio.AioRpcError | CallEnded) -> tuple[int, str]:
+    """The gRPC status code and message a call ended with, from either client."""
+    if isinstance(error, CallEnded):
+        return error.status, error.message
+    return error.code().value[0], error.details() or ""
+
+
+def _closer(call: H2Call) -> Callable[[], Awaitable[None]]:
+    async def close() -> None:
+        call.close()
+
+    return close
+
+
+def _grpcio_closer(call: Any, channel: Any) -> Callable[[], Awaitable[None]]:
+    async def close() -> None:
+        call.cancel()
+        await channel.close()
+
+    return close
 
 
 class SharedDecoder:
@@ -154,7 +186,7 @@ class Client:
 
     index: int
     node: Node
-    stream: GrpcioStream | None = None
+    stream: GrpcioStream | H2Call | None = None
     driver: ClientDriver | None = None
     responses: int = 0
     resources: int = 0
@@ -164,6 +196,7 @@ class Client:
     eds_version_at_push: str = ""
     error: str = ""
     refusals: int = 0
+    reconnects: int = 0
     versions: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -185,9 +218,16 @@ class Fleet:
     """N clients against one target; tracks convergence and per-push update times."""
 
     def __init__(
-        self, target: str, clients: int, clusters: int, delta: bool, name: str = "loadgen"
+        self,
+        target: str,
+        clients: int,
+        clusters: int,
+        delta: bool,
+        name: str = "loadgen",
+        client: str = "h2",
     ) -> None:
         self.target = target
+        self.client_kind = client
         self.clusters = clusters
         self.delta = delta
         self.clients = [
@@ -206,10 +246,23 @@ class Fleet:
     async def run_client(self, client: Client, *, resume: bool = False) -> None:
         """Run one client until its stream ends; with ``resume``, the machine it already has
         reconnects presenting what it holds, as Envoy does after losing its server."""
-        channel = grpc.aio.insecure_channel(self.target, options=UNLIMITED)
         method = "DeltaAggregatedResources" if self.delta else "StreamAggregatedResources"
-        call = channel.stream_stream(ADS + method)()
-        client.stream = GrpcioStream(call)
+        close: Callable[[], Awaitable[None]]
+        try:
+            if self.client_kind == "h2":
+                host, _, port = self.target.rpartition(":")
+                lean = await H2Call.open(host, int(port), ADS + method)
+                client.stream = lean
+                close = _closer(lean)
+            else:
+                channel = grpc.aio.insecure_channel(self.target, options=UNLIMITED)
+                call = channel.stream_stream(ADS + method)()
+                client.stream = GrpcioStream(call)
+                close = _grpcio_closer(call, channel)
+        except OSError:
+            await self._back_off(client)
+            await self.run_client(client, resume=resume)
+            return
         machine: DeltaClient | SotwClient
         if resume and client.driver is not None:
             machine = client.driver.machine
@@ -222,6 +275,7 @@ class Fleet:
             decode=self._decoder.delta if self.delta else self._decoder.sotw,
         )
         client.driver = driver
+        attempt_responses = client.responses
         try:
             if resume:
                 for request in machine.reconnect():
@@ -233,20 +287,37 @@ class Fleet:
                 await driver.watch(CDS, None)
                 await driver.watch(LDS, None)
             await driver.run()
-        except grpc.aio.AioRpcError as exc:
-            hint = _RETRY.search(exc.details() or "")
-            if exc.code() != grpc.StatusCode.RESOURCE_EXHAUSTED or hint is None:
+        except (grpc.aio.AioRpcError, CallEnded) as exc:
+            status, details = _status_of(exc)
+            if status == _UNAVAILABLE and attempt_responses == client.responses:
+                # The connection failed before any answer (a storm of connects overflows
+                # the server's accept queue, and the kernel resets what it dropped):
+                # reconnect after a jittered backoff, as grpcio's channels do by themselves.
+                await close()
+                await self._back_off(client)
+                await self.run_client(client, resume=resume)
+                return
+            hint = _RETRY.search(details)
+            if status != _RESOURCE_EXHAUSTED or hint is None:
                 client.error = str(exc)[:200]
                 return
             # Shed by admission control: come back when the server says, as Envoy would.
             client.refusals += 1
+            await close()
             await asyncio.sleep(float(hint.group(1)))
             await self.run_client(client, resume=resume)
         except asyncio.CancelledError as exc:
             client.error = str(exc)[:200]
         finally:
-            call.cancel()
-            await channel.close()
+            await close()
+
+    @staticmethod
+    async def _back_off(client: Client) -> None:
+        """Before reconnecting a client whose connection failed: 0.1 s, doubling to 1 s,
+        jittered by 20 %."""
+        client.reconnects += 1
+        backoff = min(1.0, 0.05 * 2 ** min(client.reconnects, 5))
+        await asyncio.sleep(backoff * random.uniform(0.8, 1.2))
 
     def _observe(self, client: Client, response: Any) -> None:
         client.responses += 1
@@ -400,8 +471,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "endpoints": args.endpoints,
         "protocol": "delta" if args.delta else "sotw",
         "target": target,
+        "client": args.client,
     }
-    fleet = Fleet(target, args.clients, args.clusters, args.delta)
+    fleet = Fleet(target, args.clients, args.clusters, args.delta, client=args.client)
     tasks = []
     try:
         cpu0 = server.cpu_seconds() if server else 0.0
@@ -452,6 +524,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         if server:
             report["server_peak_rss_mb"] = round(server.peak_rss_mb(), 1)
         report["errors"] = [c.error for c in fleet.clients if c.error][:5]
+        report["reconnects"] = sum(c.reconnects for c in fleet.clients)
     finally:
         for task in tasks:
             task.cancel()
@@ -473,6 +546,12 @@ def main() -> None:
     parser.add_argument("--changed", type=int, default=0, help="endpoint sets per push")
     parser.add_argument("--settle", type=float, default=1.0, help="seconds between pushes")
     parser.add_argument("--timeout", type=float, default=120.0)
+    parser.add_argument(
+        "--client",
+        choices=("h2", "grpcio"),
+        default="h2",
+        help="the clients' gRPC stack: the lean one of benchmarks/h2client.py (default) or grpcio",
+    )
     parser.add_argument("--json", help="write the report here instead of stdout")
     args = parser.parse_args()
     if not args.target and not args.server_cmd:

@@ -37,7 +37,7 @@ from ..server._driver import forget_frames
 from ..server._server import XdsServer
 from ._frames import message_size, write_message
 from ._http2 import ConnectionLimits, CutReason, GuardedH2Protocol
-from ._methods import Method, listening_socket, served_methods
+from ._methods import ACCEPT_BACKLOG, Method, listening_socket, served_methods
 from ._tls import peer_identity
 
 __all__ = ["GrpclibTransport"]
@@ -248,7 +248,8 @@ class GrpclibTransport:
         --workers``) listen on one port and the kernel spreads new connections over them.
         """
         sock = listening_socket(host, port, reuse_port=reuse_port)
-        await self._grpc.start(sock=sock, ssl=ssl_context)
+        # (asyncio listens again with the backlog it is given)
+        await self._grpc.start(sock=sock, ssl=ssl_context, backlog=ACCEPT_BACKLOG)
         self.port = int(sock.getsockname()[1])
         self.server.serving = True
         return self.port

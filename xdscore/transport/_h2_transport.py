@@ -26,7 +26,7 @@ from ..server._driver import forget_frames
 from ..server._server import XdsServer
 from ._h2_connection import Call, Connection, Handler
 from ._http2 import ConnectionLimits, CutReason
-from ._methods import Method, listening_socket, served_methods
+from ._methods import ACCEPT_BACKLOG, Method, listening_socket, served_methods
 from ._tls import peer_identity
 
 __all__ = ["Http2Transport"]
@@ -172,7 +172,10 @@ class Http2Transport:
         """
         sock = listening_socket(host, port, reuse_port=reuse_port)
         loop = asyncio.get_running_loop()
-        self._listener = await loop.create_server(self._connection, sock=sock, ssl=ssl_context)
+        # (asyncio listens again with its own backlog: it is given the same one)
+        self._listener = await loop.create_server(
+            self._connection, sock=sock, ssl=ssl_context, backlog=ACCEPT_BACKLOG
+        )
         self.port = int(sock.getsockname()[1])
         self.server.serving = True
         return self.port

@@ -53,10 +53,22 @@ def served_methods() -> list[Method]:
     return methods
 
 
+ACCEPT_BACKLOG = 65_535
+"""Asked of ``listen()``; the kernel caps it at ``net.core.somaxconn``."""
+
+
 def listening_socket(host: str, port: int, *, reuse_port: bool) -> socket.socket:
     """A non-blocking socket listening on ``host:port`` (IPv6 for a host with a colon);
-    ``reuse_port`` sets SO_REUSEPORT, so that several processes listen on one port."""
+    ``reuse_port`` sets SO_REUSEPORT, so that several processes listen on one port.
+
+    The accept queue is as long as the kernel allows (``net.core.somaxconn``): when
+    thousands of proxies reconnect at once, connections the queue cannot hold are dropped
+    or reset by the kernel before the server sees them, and each costs its client a
+    reconnect backoff.
+    """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.create_server((host, port), family=family, backlog=1024, reuse_port=reuse_port)
+    sock = socket.create_server(
+        (host, port), family=family, backlog=ACCEPT_BACKLOG, reuse_port=reuse_port
+    )
     sock.setblocking(False)
     return sock
