@@ -66,7 +66,10 @@ class H2Call(asyncio.Protocol):
         self._buffer = b""
         self._decoder = Decoder()
         self._block = b""
-        self._inbound = bytearray()
+        self._prefix = b""
+        self._pieces: list[memoryview] = []
+        self._missing = -1
+        """Bytes of the message being read still to come; -1 while its prefix is read."""
         self._messages: deque[bytes] = deque()
         self._arrived: asyncio.Future[None] | None = None
         self._ended: CallEnded | None = None
@@ -144,7 +147,7 @@ class H2Call(asyncio.Protocol):
             self._unacked += len(payload)
             if flags & PADDED:
                 payload = payload[1 : len(payload) - payload[0]]
-            self._data(bytes(payload), out)
+            self._data(payload, out)
             if flags & END_STREAM:
                 self._end(0, "")
         elif kind in (FrameType.HEADERS, FrameType.CONTINUATION):
@@ -182,17 +185,29 @@ class H2Call(asyncio.Protocol):
             if code:  # (NO_ERROR: the call goes on, until the server ends it or leaves)
                 self._end(14, f"GOAWAY, code {code}")
 
-    def _data(self, payload: bytes, out: list[bytes]) -> None:
-        inbound = self._inbound
-        inbound += payload
-        while len(inbound) >= 5:
-            size = int.from_bytes(inbound[1:5], "big")
-            if len(inbound) < size + 5:
-                break
-            message = bytes(inbound[5 : size + 5])
-            del inbound[: size + 5]
-            self.received_bytes += size
-            self._messages.append(message)
+    def _data(self, payload: memoryview, out: list[bytes]) -> None:
+        """Split DATA into messages, copying each once (its pieces are views of the reads)."""
+        at, end = 0, len(payload)
+        while at < end:
+            if self._missing < 0:  # reading a prefix
+                chunk = payload[at : at + 5 - len(self._prefix)]
+                self._prefix += chunk
+                at += len(chunk)
+                if len(self._prefix) < 5:
+                    break
+                self._missing = int.from_bytes(self._prefix[1:5], "big")
+                self._prefix = b""
+            take = min(self._missing, end - at)
+            if take:
+                self._pieces.append(payload[at : at + take])
+                at += take
+                self._missing -= take
+            if self._missing == 0:
+                pieces, self._pieces = self._pieces, []
+                message = bytes(pieces[0]) if len(pieces) == 1 else b"".join(pieces)
+                self._missing = -1
+                self.received_bytes += len(message)
+                self._messages.append(message)
         if self._unacked >= WINDOW // 2:
             out.append(window_update(0, self._unacked) + window_update(_STREAM, self._unacked))
             self._unacked = 0

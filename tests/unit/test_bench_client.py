@@ -23,6 +23,7 @@ from xdscore.testing import free_port
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
 
+from h2client import H2Call  # noqa: E402
 from loadgen import Fleet  # noqa: E402
 from xds_server import Workload  # noqa: E402
 
@@ -102,3 +103,18 @@ async def test_a_refused_client_reconnects_once_the_server_listens() -> None:
         assert not [c.error for c in fleet.clients if c.error]
     finally:
         await stop(tasks)
+
+
+@pytest.mark.parametrize("cut", [1, 2, 3, 4, 5, 6, 7, 11, 1000])
+def test_messages_split_anywhere_are_read_whole(cut: int) -> None:
+    """Messages (an empty one among them) arriving in DATA payloads cut every ``cut``
+    bytes, so that prefixes and bodies straddle frames, come out whole and in order."""
+    bodies = [b"a" * 10, b"", b"b" * 3, bytes(range(256)) * 4]
+    stream = b"".join(b"\x00" + len(b).to_bytes(4, "big") + b for b in bodies)
+    call = H2Call("127.0.0.1:1", "/x")
+    out: list[bytes] = []
+    data = memoryview(stream)
+    for start in range(0, len(stream), cut):
+        call._data(data[start : start + cut], out)
+    assert list(call._messages) == bodies
+    assert call.received_bytes == sum(map(len, bodies))

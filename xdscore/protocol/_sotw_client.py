@@ -35,6 +35,7 @@ Like Envoy:
 from __future__ import annotations
 
 import functools
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import attrs
@@ -137,9 +138,10 @@ class SotwClient:
         state = self._types.get(type_url)
         if state is None:
             raise LocalProtocolError(f"response for {type_url!r}, which the client never watched")
-        by_name, error = _index(response)
-        if error is not None:
-            return self._reject(state, response, error)
+        indexed = _index(response)
+        by_name = indexed.by_name
+        if indexed.error is not None:
+            return self._reject(state, response, indexed.error)
         if state.subscription.empty:
             # Nothing is watched: keep the old version, as Envoy does.
             state = attrs.evolve(state, nonce=response.nonce)
@@ -152,6 +154,8 @@ class SotwClient:
             names = subscription.names
             wanted = {name: r for name, r in by_name.items() if name in names}
         invalid = self._invalid(type_url, wanted.values())
+        if invalid and wanted is by_name:
+            wanted = dict(wanted)  # (the index is shared)
         for name in invalid:
             # Keep what was held before (or nothing): the rest of the response still applies.
             old = state.resources.get(name)
@@ -159,7 +163,8 @@ class SotwClient:
                 del wanted[name]
             else:
                 wanted[name] = old
-        wanted = {name: r for name, r in wanted.items() if not r.name_only}
+        if indexed.name_only:
+            wanted = {name: r for name, r in wanted.items() if not r.name_only}
         full_state = type_info(type_url).sotw_full_state
         if full_state or state.resources.keys() <= wanted.keys():
             resources = wanted
@@ -243,22 +248,52 @@ def _listing(subscription: Subscription) -> tuple[str, ...]:
     return tuple(names)
 
 
-def _index(response: DiscoveryResponse) -> tuple[dict[str, Resource], str | None]:
-    """The response's resources by name, or why the response as a whole must be rejected."""
+@attrs.frozen
+class _Indexed:
+    """A response's resources by name (read-only: shared), and what is wrong with them."""
+
+    resources: tuple[Resource, ...]
+    """Held, so that the ``id`` it is remembered by stays its own."""
+    by_name: dict[str, Resource]
+    error: str | None
+    name_only: bool
+    """Whether any resource is only a name."""
+
+
+_INDEXED: OrderedDict[tuple[int, str], _Indexed] = OrderedDict()
+"""The last responses' indexes, by the identity of their resources tuple: clients given
+the same decoded resources (a fleet in one process, as the load generator runs) index them
+once. The dictionaries are shared, so nothing changes them in place."""
+_INDEXED_SIZE = 16
+
+
+def _index(response: DiscoveryResponse) -> _Indexed:
+    """The response's resources by name, and why the response as a whole must be rejected."""
     resources = response.resources
     type_url = response.type_url
+    key = (id(resources), type_url)
+    found = _INDEXED.get(key)
+    if found is not None and found.resources is resources:
+        return found
     names = [resource.name for resource in resources]
     by_name = dict(zip(names, resources, strict=True))
+    error = None
     if len(by_name) != len(names):
         seen: set[str] = set()
         for name in names:
             if name in seen:
-                return by_name, f"duplicate resource name {name!r}"
+                error = f"duplicate resource name {name!r}"
+                break
             seen.add(name)
-    strays = {resource.type_url for resource in resources} - {type_url}
-    if strays:
-        return by_name, f"resource type {min(strays)} does not match response type {type_url}"
-    return by_name, None
+    if error is None:
+        strays = {resource.type_url for resource in resources} - {type_url}
+        if strays:
+            error = f"resource type {min(strays)} does not match response type {type_url}"
+    name_only = any(resource.name_only for resource in resources)
+    found = _INDEXED[key] = _Indexed(resources, by_name, error, name_only)
+    if len(_INDEXED) > _INDEXED_SIZE:
+        _INDEXED.popitem(last=False)
+    return found
 
 
 def _errors(
