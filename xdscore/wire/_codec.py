@@ -8,6 +8,7 @@ per-request path.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import ParamSpec
 
@@ -131,21 +132,47 @@ def delta_response_parts(
     ``ttl`` keeps each resource's TTL (for clients that support TTLs); ``heartbeat`` sends
     the resources as heartbeats (name, version and TTL, no body).
     """
-    if heartbeat:
-        entries = [resource.delta_heartbeat for resource in resources]
-    elif ttl:
-        entries = [resource.delta_entry for resource in resources]
-    else:
-        entries = [resource.delta_entry_without_ttl for resource in resources]
     return (
         string_field(1, system_version_info),
-        *entries,
+        *_delta_entries(resources, ttl=ttl, heartbeat=heartbeat),
         string_field(4, type_url)
         + string_field(5, nonce)
         + b"".join(string_field(6, name) for name in removed)
         + _control_plane(control_plane, 7)
         + resource_errors(errors, 9),
     )
+
+
+_ENTRIES: OrderedDict[tuple[int, bool, bool], tuple[tuple[Resource, ...], bytes]] = OrderedDict()
+"""The joined entries of the last large Delta responses, by the identity of their resources
+tuple: streams in the same state are answered with the same tuple (the machines share that
+work), and each would otherwise build and join the same list of entries."""
+_ENTRIES_SIZE = 16
+_SHARED_ENTRIES = 16
+"""Responses with at least this many resources have their entries joined once and shared."""
+
+
+def _delta_entries(
+    resources: Iterable[Resource], *, ttl: bool, heartbeat: bool
+) -> list[bytes] | tuple[bytes]:
+    """The encoded entries of ``resources``: a list, or one shared buffer of them all."""
+    if isinstance(resources, tuple) and len(resources) >= _SHARED_ENTRIES:
+        key = (id(resources), ttl, heartbeat)
+        found = _ENTRIES.get(key)
+        if found is None or found[0] is not resources:
+            found = _ENTRIES[key] = (resources, b"".join(_entries(resources, ttl, heartbeat)))
+            if len(_ENTRIES) > _ENTRIES_SIZE:
+                _ENTRIES.popitem(last=False)
+        return (found[1],)
+    return _entries(resources, ttl, heartbeat)
+
+
+def _entries(resources: Iterable[Resource], ttl: bool, heartbeat: bool) -> list[bytes]:
+    if heartbeat:
+        return [resource.delta_heartbeat for resource in resources]
+    if ttl:
+        return [resource.delta_entry for resource in resources]
+    return [resource.delta_entry_without_ttl for resource in resources]
 
 
 def _joined(parts: Callable[_P, tuple[bytes, ...]], what: str) -> Callable[_P, bytes]:
