@@ -48,6 +48,7 @@ from typing import Any
 
 import grpc
 from envoy.service.discovery.v3 import discovery_pb2
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from xdscore import CLUSTER as CDS
 from xdscore import ENDPOINT as EDS
@@ -124,20 +125,58 @@ def _grpcio_closer(call: Any, channel: Any) -> Callable[[], Awaitable[None]]:
     return close
 
 
+def _envelopes() -> tuple[Any, Any]:
+    """Message types reading a discovery response's envelope, its resources left as the
+    bytes of each entry: a response is parsed without decoding any resource."""
+    file = descriptor_pb2.FileDescriptorProto(name="loadgen_envelopes.proto", package="loadgen")
+    proto = descriptor_pb2.FieldDescriptorProto
+    for name, fields in (
+        ("SotwEnvelope", [("version_info", 1), ("type_url", 4), ("nonce", 5)]),
+        ("DeltaEnvelope", [("system_version_info", 1), ("type_url", 4), ("nonce", 5)]),
+    ):
+        message = file.message_type.add(name=name)
+        for field_name, number in fields:
+            message.field.add(
+                name=field_name, number=number, type=proto.TYPE_STRING, label=proto.LABEL_OPTIONAL
+            )
+        message.field.add(
+            name="resources", number=2, type=proto.TYPE_BYTES, label=proto.LABEL_REPEATED
+        )
+        if name == "DeltaEnvelope":
+            message.field.add(
+                name="removed_resources",
+                number=6,
+                type=proto.TYPE_STRING,
+                label=proto.LABEL_REPEATED,
+            )
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(file)
+    return (
+        message_factory.GetMessageClass(pool.FindMessageTypeByName("loadgen.SotwEnvelope")),
+        message_factory.GetMessageClass(pool.FindMessageTypeByName("loadgen.DeltaEnvelope")),
+    )
+
+
+_SOTW_ENVELOPE, _DELTA_ENVELOPE = _envelopes()
+
+
 class SharedDecoder:
     """Decodes responses for the whole fleet: content seen by one client is decoded once.
 
     Every client of one server gets the same resources for the same content, so SotW
-    responses are keyed by (type URL, version, resource count) and Delta resources by
-    (type URL, name, version); only the envelope (nonce, version) is read per client.
+    responses are keyed by (type URL, version, resource count), Delta responses by their
+    exact entries (bytes), and Delta resources by (type URL, name, version); per client only
+    the envelope is parsed (nonce, version, each entry as bytes, no resource decoded).
     """
 
     def __init__(self) -> None:
         self._sotw: OrderedDict[tuple[str, str, int], tuple[Resource, ...]] = OrderedDict()
+        self._delta_responses: OrderedDict[tuple[str, tuple[bytes, ...]], tuple[Resource, ...]]
+        self._delta_responses = OrderedDict()
         self._delta: dict[tuple[str, str, str], Resource] = {}
 
     def sotw(self, data: bytes) -> DiscoveryResponse:
-        message = discovery_pb2.DiscoveryResponse.FromString(data)
+        message = _SOTW_ENVELOPE.FromString(data)
         key = (message.type_url, message.version_info, len(message.resources))
         resources = self._sotw.get(key)
         if resources is None:
@@ -153,8 +192,25 @@ class SharedDecoder:
         )
 
     def delta(self, data: bytes) -> DeltaDiscoveryResponse:
+        envelope = _DELTA_ENVELOPE.FromString(data)
+        type_url = envelope.type_url
+        key = (type_url, tuple(envelope.resources))
+        resources = self._delta_responses.get(key)
+        if resources is None:
+            resources = self._delta_resources(data, type_url)
+            self._delta_responses[key] = resources
+            if len(self._delta_responses) > _MEMO:
+                self._delta_responses.popitem(last=False)
+        return DeltaDiscoveryResponse(
+            type_url=type_url,
+            system_version_info=envelope.system_version_info,
+            nonce=envelope.nonce,
+            resources=resources,
+            removed_resources=tuple(envelope.removed_resources),
+        )
+
+    def _delta_resources(self, data: bytes, type_url: str) -> tuple[Resource, ...]:
         message = discovery_pb2.DeltaDiscoveryResponse.FromString(data)
-        type_url = message.type_url
         memo = self._delta
         if len(memo) > _DELTA_MEMO:
             memo.clear()
@@ -171,13 +227,7 @@ class SharedDecoder:
                     aliases=tuple(item.aliases),
                 )
             resources.append(found)
-        return DeltaDiscoveryResponse(
-            type_url=type_url,
-            system_version_info=message.system_version_info,
-            nonce=message.nonce,
-            resources=tuple(resources),
-            removed_resources=tuple(message.removed_resources),
-        )
+        return tuple(resources)
 
 
 @dataclass
