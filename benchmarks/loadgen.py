@@ -575,6 +575,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             report["server_peak_rss_mb"] = round(server.peak_rss_mb(), 1)
         report["errors"] = [c.error for c in fleet.clients if c.error][:5]
         report["reconnects"] = sum(c.reconnects for c in fleet.clients)
+        report["refusals"] = sum(c.refusals for c in fleet.clients)
     finally:
         for task in tasks:
             task.cancel()

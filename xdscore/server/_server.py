@@ -26,7 +26,7 @@ from ..protocol._limits import StreamLimits
 from ..protocol._sotw_server import SotwServer
 from ..protocol._state import ProtocolName
 from ..wire._names import canonical_name
-from ._admission import PushSlots, ServerLimits, TokenBucket, refusal
+from ._admission import PushSlots, RateMeter, ServerLimits, TokenBucket, refusal, sync_retry_after
 from ._authorization import Authorizer, PeerIdentity, ResourceAuthorizer
 from ._callbacks import ServerCallbacks, StreamInfo
 from ._catch_up import DEFAULT_CATCH_UP_TIMEOUT, CatchUp
@@ -135,6 +135,8 @@ class XdsServer:
         self.control_plane_id = control_plane_id
         self.server_limits = server_limits or ServerLimits()
         bounds = self.server_limits
+        self._syncs_done = RateMeter()
+        """Initial syncs finished lately (the retry hint of a refusal for syncs)."""
         self._arrivals = (
             TokenBucket(bounds.new_streams_per_second, bounds.new_streams_burst)
             if bounds.new_streams_per_second > 0
@@ -337,7 +339,7 @@ class XdsServer:
             raise refusal(
                 f"{self._syncing} streams are in their initial sync, the most this server "
                 "takes on at once",
-                0.5,
+                sync_retry_after(self._syncing, self._syncs_done.rate()),
             )
         if self._arrivals is not None:
             wait = self._arrivals.take()
@@ -351,6 +353,7 @@ class XdsServer:
 
     def _synced(self) -> None:
         self._syncing -= 1
+        self._syncs_done.mark()
 
     def _recycled(self) -> None:
         if self.metrics is not None:
