@@ -215,12 +215,13 @@ class DeltaClient:
                 if error.name in requested
             },
         }
-        arrived = {r.name for r in response.resources if r.body and r.name not in invalid}
-        errors = {
-            name: detail
-            for name, detail in errors.items()
-            if name in requested and name not in arrived
-        }
+        if errors:
+            arrived = {r.name for r in response.resources if r.body and r.name not in invalid}
+            errors = {
+                name: detail
+                for name, detail in errors.items()
+                if name in requested and name not in arrived
+            }
         state = attrs.evolve(
             state,
             requested=requested,
@@ -267,7 +268,7 @@ class DeltaClient:
 
     def _problem(self, response: DeltaDiscoveryResponse, state: DeltaClientTypeState) -> str | None:
         seen: set[str] = set()
-        held = state.holds()
+        held: dict[str, Resource] | None = None  # (built only for a body-less entry)
         for resource in response.resources:
             if resource.name in seen:
                 return f"duplicate resource name {resource.name!r}"
@@ -275,6 +276,8 @@ class DeltaClient:
             if resource.body and resource.type_url != response.type_url:
                 return f"resource type {resource.type_url} does not match {response.type_url}"
             if resource.name_only and not resource.aliases:
+                if held is None:
+                    held = state.holds()
                 mine = held.get(resource.name)
                 if mine is None or mine.version != resource.version:
                     # As Envoy: a body-less entry is a heartbeat only for what is held.
