@@ -21,6 +21,7 @@ import attrs
 import grpc
 import h2.config
 import h2.connection
+import pytest
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.core.v3 import base_pb2
 from envoy.config.endpoint.v3 import endpoint_pb2
@@ -47,6 +48,12 @@ from xdscore import builders as b
 from xdscore.server import Rebalancing, ServerLimits
 
 from ..factories import wait_until
+
+TransportKind = type[Http2Transport] | type[GrpclibTransport]
+ON_BOTH_TRANSPORTS = pytest.mark.parametrize(
+    "transport_kind", [Http2Transport, GrpclibTransport], ids=["http2", "grpclib"]
+)
+"""For tests of what both transports must do alike: each runs on each."""
 
 ADS = "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources"
 DELTA_ADS = "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources"

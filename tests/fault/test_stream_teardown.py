@@ -19,7 +19,6 @@ import anyio
 import grpclib.protocol
 import pytest
 
-from xdscore import GrpclibTransport, Http2Transport
 from xdscore.protocol import DeltaServer, SotwServer
 from xdscore.server import ServerDriver
 from xdscore.transport._h2_connection import Call
@@ -27,7 +26,9 @@ from xdscore.transport._h2_connection import Call
 from ._clients import (
     ADS,
     DELTA_ADS,
+    ON_BOTH_TRANSPORTS,
     Plane,
+    TransportKind,
     channel,
     control_plane,
     delta_request,
@@ -35,14 +36,10 @@ from ._clients import (
     request,
 )
 
-TransportKind = type[Http2Transport] | type[GrpclibTransport]
-
 pytestmark = [
     pytest.mark.anyio,
     pytest.mark.timeout(60),
-    pytest.mark.parametrize(
-        "transport_kind", [Http2Transport, GrpclibTransport], ids=["http2", "grpclib"]
-    ),
+    ON_BOTH_TRANSPORTS,
 ]
 
 STREAMS = 20

@@ -36,7 +36,7 @@ import pytest
 from h2.errors import ErrorCodes
 from h2.settings import SettingCodes
 
-from xdscore import CLUSTER, GrpclibTransport, Http2Transport, StreamLimits
+from xdscore import CLUSTER, Http2Transport, StreamLimits
 from xdscore.transport._h2_connection import Connection
 from xdscore.transport._http2 import ConnectionLimits
 
@@ -44,9 +44,11 @@ from ._clients import (
     ADS,
     CDS,
     DELTA_ADS,
+    ON_BOTH_TRANSPORTS,
     Failure,
     HealthyClient,
     Plane,
+    TransportKind,
     channel,
     control_plane,
     delta_request,
@@ -56,14 +58,10 @@ from ._clients import (
     rss_bytes,
 )
 
-TransportKind = type[Http2Transport] | type[GrpclibTransport]
-
 pytestmark = [
     pytest.mark.anyio,
     pytest.mark.timeout(90),
-    pytest.mark.parametrize(
-        "transport_kind", [Http2Transport, GrpclibTransport], ids=["http2", "grpclib"]
-    ),
+    ON_BOTH_TRANSPORTS,
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
