@@ -62,7 +62,7 @@ from xdscore.protocol import (
     Resource,
     SotwClient,
 )
-from xdscore.server import ClientDriver
+from xdscore.server import ClientDriver, tune_collector
 from xdscore.wire import decode_response, make_node
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -506,6 +506,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     server: ServerProcess | None = None
     target = args.target
     os.sched_setaffinity(0, {1})
+    tune_collector()  # the generator's own collector, as the servers tune theirs
     if args.server_cmd:
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))

@@ -33,6 +33,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from loadgen import Fleet, ServerProcess, _own_cpu, _percentile
 
+from xdscore.server import tune_collector
+
 
 async def _established_latency(
     fleet: Fleet, server: ServerProcess, endpoints: int, timeout: float
@@ -47,6 +49,7 @@ async def _established_latency(
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     os.sched_setaffinity(0, {1})
+    tune_collector()
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]

@@ -36,6 +36,7 @@ import anyio.to_thread
 
 from xdscore import LinearCache, MuxCache, Snapshot, SnapshotCache, XdsServer, same_for_all
 from xdscore import builders as b
+from xdscore.server import tune_collector
 from xdscore.transport import GrpclibTransport, Http2Transport
 from xdscore.wire._typeurls import ENDPOINT
 
@@ -194,12 +195,15 @@ async def serve(
     metrics: bool,
     diag: Diagnostics | None = None,
     transport_name: str = "http2",
+    tune_gc: bool = True,
 ) -> None:
     workload = Workload(clusters, endpoints_per_cluster)
     workload.push(clusters, endpoints_per_cluster, None)
     server = XdsServer(
         workload.cache, control_plane_id="xdscore-bench", metrics=None if metrics else False
     )
+    if tune_gc:
+        tune_collector()
     kind = Http2Transport if transport_name == "http2" else GrpclibTransport
     async with kind(server) as transport:
         bound = await transport.start(host, port)
@@ -244,6 +248,11 @@ def main() -> None:
         default="http2",
         help="xdscore's own HTTP/2 server (the default) or grpclib's",
     )
+    parser.add_argument(
+        "--default-gc",
+        action="store_true",
+        help="keep CPython's collector settings (xdscore serve tunes them: tune_collector)",
+    )
     parser.add_argument("--diag-every", type=int, default=100, help="pushes between --diag reports")
     args = parser.parse_args()
     host, _, port = args.addr.rpartition(":")
@@ -257,6 +266,7 @@ def main() -> None:
         not args.no_metrics,
         diag,
         args.transport,
+        not args.default_gc,
     )
 
 

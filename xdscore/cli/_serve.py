@@ -25,7 +25,7 @@ from ..config import (
     watch_directory,
 )
 from ..etcd import DEFAULT_PREFIX
-from ..server import Authorizer, Rebalancing, SpiffeNodePolicy, XdsServer
+from ..server import Authorizer, Rebalancing, SpiffeNodePolicy, XdsServer, tune_collector
 from ..transport import AdminApp, CertificateFiles, GrpclibTransport, Http2Transport, serve_admin
 from . import _descriptors, _workers
 from ._common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, address, fraction, non_negative
@@ -230,6 +230,7 @@ async def run(args: argparse.Namespace) -> int:
             max_stream_age=args.max_stream_age, close_fraction=args.max_stream_close_fraction
         ),
     )
+    tune_collector()  # the first snapshot is loaded: see docs/limits.md
     host, port = args.listen
     hangups, requests = anyio.create_memory_object_stream[str](8)
     async with (

@@ -19,7 +19,7 @@ import anyio
 
 from ..cache import SnapshotCache, same_for_all
 from ..etcd import EtcdSource
-from ..server import Rebalancing, XdsServer
+from ..server import Rebalancing, XdsServer, tune_collector
 from ..transport import CertificateFiles
 from . import _workers
 from ._common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, connect_etcd
@@ -53,6 +53,7 @@ async def run_etcd(args: argparse.Namespace) -> int:
         ),
         catch_up=source,
     )
+    tune_collector()  # the first snapshot is loaded: see docs/limits.md
     if server.metrics is not None:
         source.record_metrics(server.metrics.registry)
     try:

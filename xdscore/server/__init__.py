@@ -4,6 +4,7 @@ from ._admission import PushSlots, ServerLimits
 from ._authorization import Authorizer, PeerIdentity, ResourceAuthorizer, SpiffeNodePolicy
 from ._callbacks import ServerCallbacks, StreamInfo
 from ._catch_up import DEFAULT_CATCH_UP_TIMEOUT, CatchUp
+from ._collector import DEFAULT_YOUNG_THRESHOLD, tune_collector
 from ._driver import ByteStream, ClientDriver, OnResponse, ServerDriver
 from ._metrics import Metrics
 from ._pacer import Pacing
@@ -13,6 +14,7 @@ from ._status import NackRecord, StreamStatus, SyncState, TypeStatus
 
 __all__ = [
     "DEFAULT_CATCH_UP_TIMEOUT",
+    "DEFAULT_YOUNG_THRESHOLD",
     "REBALANCE_MESSAGE",
     "ActiveStream",
     "Authorizer",
@@ -36,4 +38,5 @@ __all__ = [
     "SyncState",
     "TypeStatus",
     "XdsServer",
+    "tune_collector",
 ]

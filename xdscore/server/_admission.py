@@ -160,8 +160,18 @@ class PushSlots:
         """Wait for a slot; ``syncing`` streams wait behind every established one."""
         if self.capacity <= 0:
             return
-        if self._free > 0 and not self._waiting[0] and (syncing is False or not self._waiting[1]):
-            self._free -= 1
+        if not syncing:
+            # An established stream yields first and then takes a free slot for a push that
+            # holds it only until it would wait: pushes to every stream after a change do
+            # not queue for slots one after another.
+            await anyio.lowlevel.checkpoint()
+            if self.try_acquire(syncing=False):
+                return
+        elif self.try_acquire(syncing=True):
+            # A syncing stream holds its slot across this yield on purpose: once every slot
+            # is taken, the syncs that come meanwhile queue behind established pushes, so a
+            # loop turn runs at most ``capacity`` of a reconnect storm's syncs and an
+            # established push waits behind no more.
             await anyio.lowlevel.checkpoint()
             return
         granted = anyio.Event()
@@ -175,6 +185,15 @@ class PushSlots:
             else:
                 queue.remove(granted)
             raise
+
+    def try_acquire(self, *, syncing: bool) -> bool:
+        """Take a slot if one is free and no stream that goes first waits; never waits."""
+        if self.capacity <= 0:
+            return True
+        if self._free > 0 and not self._waiting[0] and (not syncing or not self._waiting[1]):
+            self._free -= 1
+            return True
+        return False
 
     def release(self) -> None:
         """Give a slot back: to the oldest established waiter, else the oldest syncing one."""

@@ -349,6 +349,12 @@ class ServerDriver(Generic[_Request, _Response]):
         """Types with a response written (or being written) that the client has not answered."""
         self._finishing = False
         self._finish_now = False
+        self._parked = False
+        """The write task waits for a wake-up (between rounds): a request's answer may be
+        written by the read task at once (see ``_answer_at_once``)."""
+        self._backlog: _Backlog[_Response] | None = None
+        """Responses the read task polled but could not write without waiting: the write
+        task writes them first."""
 
     async def run(self) -> None:
         """Serve until the client closes its side or goes away; raises :class:`ProtocolError`."""
@@ -442,7 +448,8 @@ class ServerDriver(Generic[_Request, _Response]):
             self._check_synced()
         if not self._answers_heartbeats(events):
             self._requested = True  # answer at once, whatever is settling
-        self._wake.set()
+        if not (self._requested and self._answer_at_once()):
+            self._wake.set()
 
     async def _wait_for_store(self, request: Any) -> None:
         """Before the first request of a type that presents versions this replica does not
@@ -469,10 +476,54 @@ class ServerDriver(Generic[_Request, _Response]):
     async def _write(self) -> None:
         while not self._finished():
             await self._wait()
+            backlog, self._backlog = self._backlog, None
+            if backlog is not None:
+                await self._slots.acquire(syncing=not self.synced)
+                await self._write_out(
+                    backlog.responses, backlog.changed, backlog.started, backlog.sent
+                )
             more = True
             while more and not self._finished():
                 only, more = await self._next_round()
                 await self._push(only)
+
+    def _answer_at_once(self) -> bool:
+        """Write what a request made due from the read task, without waiting, when the
+        write task is between rounds, a push slot is free and the transport can write
+        without waiting (``try_send_parts``): a request's answer then costs no task switch.
+        ``False`` if any of that is not so: the write task answers. A response that does
+        not fit the windows is left to the write task (``_backlog``), in order."""
+        try_send = getattr(self._stream, "try_send_parts", None)
+        if try_send is None or not self._parked or self._finishing or self._backlog is not None:
+            return False
+        # Only once synced: a stream's initial sync goes through the push slots' queue, in
+        # which established streams go first (answered here, a reconnect storm's syncs
+        # would run as fast as their requests arrive, ahead of every established push).
+        if not self.synced or not self._slots.try_acquire(syncing=False):
+            return False
+        pacer = self._pacer
+        self._requested = False
+        now = pacer.clock() if pacer is not None else 0.0
+        self._polled = (now, now)
+        started = time.monotonic()
+        changed, self._changed_at = self._changed_at, None
+        sent: set[str] = set()
+        try:
+            responses = self._due(None)
+            for index, response in enumerate(responses):
+                data = self._codec.encode(response, self._control_plane)
+                if not try_send(data):
+                    self._backlog = _Backlog(responses[index:], changed, started, sent)
+                    self._wake.set()
+                    return True
+                type_url = self._sending(response, changed)
+                self._sent(response, type_url, sum(map(len, data)), started)
+                sent.add(type_url)
+                del data
+        finally:
+            self._slots.release()
+        self._follow_change(changed, sent)
+        return True
 
     def _answers_heartbeats(self, events: Sequence[Event]) -> bool:
         """Whether ``events`` are only the ACKs or NACKs of heartbeats: nothing to answer at
@@ -489,11 +540,15 @@ class ServerDriver(Generic[_Request, _Response]):
     async def _wait(self) -> None:
         """Until woken, or until the next heartbeat is due."""
         wait = self._heartbeats.wait()
-        if wait is None:
-            await self._wake.wait()
-            return
-        with anyio.move_on_after(wait):
-            await self._wake.wait()
+        self._parked = True
+        try:
+            if wait is None:
+                await self._wake.wait()
+                return
+            with anyio.move_on_after(wait):
+                await self._wake.wait()
+        finally:
+            self._parked = False
 
     def refresh(self, type_url: str, names: Collection[str]) -> None:
         """Send ``names`` of ``type_url`` in full again, soon (see ``machine.refresh``)."""
@@ -549,21 +604,42 @@ class ServerDriver(Generic[_Request, _Response]):
     async def _push(self, only: Collection[str] | None) -> None:
         """Send what the machine says is due now (of ``only``, if given; ``()``: heartbeats
         only, which leaves any cache change for the round that sends it)."""
-        node = self.info.node
         started = time.monotonic()
         if only is not None and not only:
             changed = None
         else:
             changed, self._changed_at = self._changed_at, None
-        sent: set[str] = set()
         await self._slots.acquire(syncing=not self.synced)
+        try:
+            responses = self._due(only)
+        except BaseException:
+            self._slots.release()
+            raise
+        await self._write_out(responses, changed, started, set())
+
+    def _due(self, only: Collection[str] | None) -> list[_Response]:
+        """What the machine says is due now (of ``only``), heartbeats included when due."""
+        node = self.info.node
+        view = self._cache.view(node) if node is not None else None
+        responses = list(self.machine.poll(view, only))
+        if self._heartbeats.due():
+            responses += self.machine.heartbeat(view, quiet=self._heartbeats.quiet)
+            self._heartbeats.beaten(self.machine.shortest_ttl())
+        # Nothing of this round stays referenced while the stream waits: not the view, not
+        # an encoded response (one per idle stream would add up).
+        return responses
+
+    async def _write_out(
+        self,
+        responses: Sequence[_Response],
+        changed: float | None,
+        started: float,
+        sent: set[str],
+    ) -> None:
+        """Write ``responses`` in order, holding a push slot (taken by the caller) until a
+        write would wait for the client."""
         held = True
         try:
-            view = self._cache.view(node) if node is not None else None
-            responses = list(self.machine.poll(view, only))
-            beat = self._heartbeats.due()
-            if beat:
-                responses += self.machine.heartbeat(view, quiet=self._heartbeats.quiet)
             for response in responses:
                 data = self._codec.encode(response, self._control_plane)
                 size = sum(map(len, data))
@@ -573,12 +649,6 @@ class ServerDriver(Generic[_Request, _Response]):
                     held = False
                 sent.add(await self._send(response, data, size, changed, started))
                 del data
-            del responses
-            if beat:
-                self._heartbeats.beaten(self.machine.shortest_ttl())
-            # Nothing of this round stays referenced while the stream waits: not the view,
-            # not an encoded response (one per idle stream would add up).
-            del view
         finally:
             if held:
                 self._slots.release()
@@ -595,16 +665,8 @@ class ServerDriver(Generic[_Request, _Response]):
         """Write one response (encoded as ``data``, ``size`` bytes) and record it; its type
         URL."""
         metrics = self._metrics
-        type_url, version, nonce = _identity(response)
-        beats = _heartbeats(response)
-        if beats:
-            self._beat_nonces.add(nonce)
-        # Before the write: the client's answer may be read before this task resumes. A
-        # heartbeat carries no cache change: its type stays waiting for the one that does.
-        since = None if beats else self._waiting.pop(type_url, changed)
-        if since is not None:
-            self._carrying[type_url] = since
-        self._in_flight.add(type_url)
+        # Before the write: the client's answer may be read before this task resumes.
+        type_url = self._sending(response, changed)
         if metrics is not None:
             metrics.pushes_in_flight.inc()
         try:
@@ -612,6 +674,29 @@ class ServerDriver(Generic[_Request, _Response]):
         finally:
             if metrics is not None:
                 metrics.pushes_in_flight.dec()
+        self._sent(response, type_url, size, started)
+        return type_url
+
+    def _sending(self, response: _Response, changed: float | None) -> str:
+        """Record ``response`` as in flight, carrying the cache change made at ``changed``;
+        its type URL."""
+        type_url, _, nonce = _identity(response)
+        if _heartbeats(response):
+            self._beat_nonces.add(nonce)
+            # A heartbeat carries no cache change: its type stays waiting for the one that does.
+            since = None
+        else:
+            since = self._waiting.pop(type_url, changed)
+        if since is not None:
+            self._carrying[type_url] = since
+        self._in_flight.add(type_url)
+        return type_url
+
+    def _sent(self, response: _Response, type_url: str, size: int, started: float) -> None:
+        """Record ``response`` (``size`` bytes) as written."""
+        metrics = self._metrics
+        _, version, nonce = _identity(response)
+        beats = _heartbeats(response)
         record = self._records_for(type_url)
         record.sent_version, record.sent_nonce = version, nonce
         record.sent_at = time.time()
@@ -625,7 +710,6 @@ class ServerDriver(Generic[_Request, _Response]):
                 metrics.heartbeats(type_url).inc()
                 metrics.heartbeat_resources(type_url).inc(beats)
         call_back(self._callbacks.on_response, self.info, response)
-        return type_url
 
     def _follow_change(self, changed: float | None, sent: set[str]) -> None:
         """Remember, for convergence, which types may still owe a cache change."""
@@ -693,6 +777,17 @@ class ServerDriver(Generic[_Request, _Response]):
             call_back(self._callbacks.on_ack, self.info, event)
         elif isinstance(event, ResponseNacked):
             call_back(self._callbacks.on_nack, self.info, event)
+
+
+@attrs.frozen
+class _Backlog(Generic[_Response]):
+    """Responses the read task could not write at once, with their round's change time,
+    start time and the types it already sent."""
+
+    responses: Sequence[_Response]
+    changed: float | None
+    started: float
+    sent: set[str]
 
 
 async def _write(stream: ByteStream, parts: tuple[bytes, ...]) -> None:

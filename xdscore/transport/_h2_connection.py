@@ -217,19 +217,53 @@ class Call:
         if self.reset or self.ended or connection.closing:
             raise StreamClosed("the stream is closed")
         size = sum(map(len, parts))
-        prefix = b"\x00" + size.to_bytes(4, "big")
-        if not self._headers_sent:
-            self._headers_sent = True
-            connection.queue(response_headers(self.id))
-        if size + 5 <= min(self.send_window, connection.send_window, connection.peer_frame):
+        if self._fits(size):
             # The common case: the whole message in one DATA frame, window to spare.
-            self.send_window -= size + 5
-            connection.send_window -= size + 5
-            connection.queue(data_header(size + 5, self.id), prefix, *parts)
+            self._queue_message(size, parts)
             if connection.paused:
                 await connection.drained()
             return
-        await self._send_large([prefix, *parts])
+        if not self._headers_sent:
+            self._headers_sent = True
+            connection.queue(response_headers(self.id))
+        await self._send_large([b"\x00" + size.to_bytes(4, "big"), *parts])
+
+    def try_send_parts(self, parts: Sequence[bytes]) -> bool:
+        """Write one message at once if it fits the flow-control windows (and one batch)
+        and the connection is not paused; ``False`` (nothing written) otherwise."""
+        connection = self._connection
+        if self.reset or self.ended or connection.closing or connection.paused:
+            return False
+        size = sum(map(len, parts))
+        if self._fits(size):
+            self._queue_message(size, parts)
+            return True
+        if size + 5 > min(self.send_window, connection.send_window, BATCH_BYTES):
+            return False
+        if not self._headers_sent:
+            self._headers_sent = True
+            connection.queue(response_headers(self.id))
+        pending = buffers([b"\x00" + size.to_bytes(4, "big"), *parts])
+        max_frame = connection.peer_frame
+        while pending:
+            piece = take(pending, max_frame)
+            connection.queue(data_header(len(piece), self.id), piece)
+        self.send_window -= size + 5
+        connection.send_window -= size + 5
+        return True
+
+    def _fits(self, size: int) -> bool:
+        connection = self._connection
+        return size + 5 <= min(self.send_window, connection.send_window, connection.peer_frame)
+
+    def _queue_message(self, size: int, parts: Sequence[bytes]) -> None:
+        connection = self._connection
+        if not self._headers_sent:
+            self._headers_sent = True
+            connection.queue(response_headers(self.id))
+        self.send_window -= size + 5
+        connection.send_window -= size + 5
+        connection.queue(data_header(size + 5, self.id), b"\x00" + size.to_bytes(4, "big"), *parts)
 
     async def _send_large(self, parts: list[bytes]) -> None:
         connection = self._connection

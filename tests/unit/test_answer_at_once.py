@@ -1,0 +1,209 @@
+"""A synced stream's request is answered by the read task at once when the transport can
+write without waiting (``try_send_parts``); otherwise, and during the initial sync, by the
+write task, in order. Push slots: established pushes do not queue one after another; syncs
+queue behind them."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+
+import anyio
+import anyio.abc
+import anyio.lowlevel
+import pytest
+
+from xdscore import CLUSTER, ENDPOINT, LISTENER, ROUTE, SnapshotCache, XdsServer, same_for_all
+from xdscore.protocol import SotwClient
+from xdscore.server import ClientDriver, PushSlots
+from xdscore.testing import MemoryByteStream, byte_stream_pair
+
+from .test_driver import DEADLINE, NODE, Recorder, config, until
+
+pytestmark = pytest.mark.anyio
+
+
+class AtOnceStream:
+    """A server end that can also write at once, while ``room`` says so, and records which
+    way each message went."""
+
+    def __init__(self, end: MemoryByteStream) -> None:
+        self._end = end
+        self.room = True
+        self.at_once: list[bytes] = []
+        self.waited: list[bytes] = []
+
+    async def receive(self) -> bytes | None:
+        return await self._end.receive()
+
+    async def send(self, data: bytes) -> None:
+        await self._end.send(data)
+        self.waited.append(data)
+
+    def writable(self, size: int) -> bool:
+        return self._end.writable(size)
+
+    async def closed(self) -> None:
+        await self._end.closed()
+
+    def try_send_parts(self, parts: Sequence[bytes]) -> bool:
+        if not self.room:
+            return False
+        data = b"".join(parts)
+        self._end._outgoing.send_nowait(data)
+        self.at_once.append(data)
+        return True
+
+
+@asynccontextmanager
+async def synced_stream(
+    recorder: Recorder,
+) -> AsyncIterator[tuple[AtOnceStream, ClientDriver, XdsServer, anyio.abc.TaskGroup]]:
+    """A SotW ADS stream whose client holds clusters, endpoints, listener and route."""
+    cache = SnapshotCache(group=same_for_all)
+    cache.set_snapshot(None, config(80))
+    server = XdsServer(cache, callbacks=recorder)
+    client_end, server_end = byte_stream_pair(16)
+    stream = AtOnceStream(server_end)
+    client = ClientDriver(SotwClient(node=NODE), client_end, on_response=recorder.client_saw)
+    async with anyio.create_task_group() as group:
+        group.start_soon(lambda: server.run_stream(stream, protocol="sotw"))
+        group.start_soon(client.run)
+        await client.watch(CLUSTER, None)
+        await client.watch(LISTENER, None)
+        machine = client.machine
+        assert isinstance(machine, SotwClient)
+        await until(
+            lambda: (
+                all(machine.holds(t) for t in (CLUSTER, ENDPOINT, LISTENER, ROUTE))
+                and [s.driver is not None and s.driver.synced for s in server.streams()] == [True]
+            ),
+            lambda: recorder.changed,
+        )
+        yield stream, client, server, group
+        group.cancel_scope.cancel()
+
+
+async def test_the_initial_sync_is_written_by_the_write_task() -> None:
+    recorder = Recorder()
+    async with synced_stream(recorder) as (stream, _, _, _):
+        assert stream.at_once == []
+        assert len(stream.waited) == 4  # clusters, listener, endpoints, route
+
+
+async def test_a_synced_streams_request_is_answered_at_once() -> None:
+    recorder = Recorder()
+    async with synced_stream(recorder) as (stream, client, _, _):
+        machine = client.machine
+        assert isinstance(machine, SotwClient)
+        await client.watch(ENDPOINT, ["a"])  # narrowed: a new selection is due
+        await until(
+            lambda: len(recorder.responses) == 5 and len(machine.holds(ENDPOINT)) == 1,
+            lambda: recorder.changed,
+        )
+        assert len(stream.at_once) == 1
+        assert len(stream.waited) == 4
+
+
+async def test_without_room_the_write_task_answers_in_order() -> None:
+    recorder = Recorder()
+    async with synced_stream(recorder) as (stream, client, _, _):
+        machine = client.machine
+        assert isinstance(machine, SotwClient)
+        stream.room = False
+        await client.watch(ENDPOINT, ["b"])
+        await until(lambda: len(recorder.responses) == 5, lambda: recorder.changed)
+        stream.room = True
+        await client.watch(ENDPOINT, ["a", "b"])
+        await until(
+            lambda: len(recorder.responses) == 6 and set(machine.holds(ENDPOINT)) == {"a", "b"},
+            lambda: recorder.changed,
+        )
+        assert (len(stream.waited), len(stream.at_once)) == (5, 1)
+
+
+async def test_a_cache_change_is_still_pushed_by_the_write_task() -> None:
+    recorder = Recorder()
+    async with synced_stream(recorder) as (stream, client, server, _):
+        machine = client.machine
+        assert isinstance(machine, SotwClient)
+        server.cache.set_snapshot(None, config(81))  # type: ignore[attr-defined]
+        await until(
+            lambda: (
+                {r.version for r in machine.holds(ENDPOINT).values()}
+                == {r.version for r in (config(81).resources(ENDPOINT) or {}).values()}
+            ),
+            lambda: recorder.changed,
+        )
+        assert len(stream.waited) == 5
+        assert stream.at_once == []  # the ACK of the push makes nothing due
+
+
+async def test_established_pushes_take_free_slots_after_one_yield() -> None:
+    slots = PushSlots(1)
+    order: list[str] = []
+
+    queued: list[int] = []
+
+    async def push(name: str) -> None:
+        await slots.acquire(syncing=False)
+        order.append(name)
+        queued.append(slots.waiting)
+        slots.release()  # a push that wrote without waiting
+
+    async with anyio.create_task_group() as group:
+        for name in ("a", "b", "c"):
+            group.start_soon(push, name)
+    assert order == ["a", "b", "c"]
+    assert queued == [0, 0, 0]  # none queued for a slot: one slot served all three
+    assert (slots.in_use, slots.waiting) == (0, 0)
+
+
+async def test_syncing_streams_hold_their_slot_across_the_yield_and_queue_behind() -> None:
+    slots = PushSlots(1)
+    order: list[str] = []
+    release = anyio.Event()
+
+    async def sync(name: str) -> None:
+        await slots.acquire(syncing=True)
+        order.append(name)
+        await release.wait()
+        slots.release()
+
+    async def established() -> None:
+        await slots.acquire(syncing=False)
+        order.append("established")
+        slots.release()
+
+    with anyio.fail_after(DEADLINE):
+        async with anyio.create_task_group() as group:
+            group.start_soon(sync, "s1")
+            group.start_soon(sync, "s2")
+            await anyio.lowlevel.checkpoint()
+            group.start_soon(established)
+            while slots.waiting < 2:  # s2, then the established push, wait for s1's slot
+                await anyio.lowlevel.checkpoint()
+            release.set()
+    assert order == ["s1", "established", "s2"]
+
+
+async def test_try_acquire_never_waits_and_respects_who_goes_first() -> None:
+    slots = PushSlots(1)
+    assert slots.try_acquire(syncing=True)
+    assert not slots.try_acquire(syncing=False)  # full
+    waiter_started = anyio.Event()
+
+    async def wait_syncing() -> None:
+        waiter_started.set()
+        await slots.acquire(syncing=True)
+        slots.release()
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(wait_syncing)
+        await waiter_started.wait()
+        await anyio.lowlevel.checkpoint()
+        assert slots.waiting == 1
+        slots.release()  # handed to the waiting sync
+        assert not slots.try_acquire(syncing=True)
+    assert slots.try_acquire(syncing=False)
+    assert PushSlots(0).try_acquire(syncing=True)  # no bound
