@@ -62,6 +62,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
 from types import MappingProxyType
+from typing import Any
 
 import attrs
 
@@ -184,6 +185,8 @@ class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
             and request.version_info == (state.held_version or ""),
         )
         move = step("sotw", type_url, state.phase, given)
+        # The effects' changes are gathered and applied at once: one new state a request.
+        changes: dict[str, Any] = {"phase": move.next}
         for effect in move.effects:
             if effect is Effect.REPORT_STALE:
                 events.append(
@@ -193,8 +196,7 @@ class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
                 )
             elif effect is Effect.ACCEPT:
                 assert outstanding is not None
-                state = attrs.evolve(
-                    state,
+                changes.update(
                     held_version=outstanding.version_info,
                     held=state.held if outstanding.heartbeat else outstanding.selection,
                     rejected_version=None,
@@ -211,17 +213,12 @@ class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
             elif effect is Effect.REJECT:
                 assert outstanding is not None
                 assert request.error_detail is not None
-                state = attrs.evolve(
-                    state,
-                    last_error=request.error_detail,
-                    outstanding=None,
-                    nacks=state.nacks + 1,
+                changes.update(
+                    last_error=request.error_detail, outstanding=None, nacks=state.nacks + 1
                 )
                 if not outstanding.heartbeat:
                     # (A rejected heartbeat repeated what the client holds: it still does.)
-                    state = attrs.evolve(
-                        state, held_version=None, rejected_version=outstanding.version_info
-                    )
+                    changes.update(held_version=None, rejected_version=outstanding.version_info)
                 events.append(
                     ResponseNacked(
                         type_url=type_url,
@@ -232,10 +229,10 @@ class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
                     )
                 )
             elif effect is Effect.OWE:
-                state = attrs.evolve(state, owed=True)
+                changes["owed"] = True
             else:
-                state = self._subscribe(info, state, request, events)
-        self._types[type_url] = attrs.evolve(state, phase=move.next)
+                self._subscribe(info, state, request, events, changes)
+        self._types[type_url] = attrs.evolve(state, **changes)
         return events
 
     def _subscribe(
@@ -244,32 +241,33 @@ class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
         state: SotwTypeState,
         request: DiscoveryRequest,
         events: list[Event],
-    ) -> SotwTypeState:
-        """Apply ``resource_names``; a list equal to the previous one is not read again."""
+        changes: dict[str, Any],
+    ) -> None:
+        """Apply ``resource_names`` into ``changes``; a list equal to the previous one is
+        not read again. (``state`` is the type's state before the request; of what the
+        request's other effects change, only ``held_version`` is set here too, later.)"""
         first = state.phase is Phase.IDLE
         if not first and request.resource_names == state.requested:
-            return state
+            return
         previous = None if first else state.subscription
         subscription = Subscription.sotw(
             previous, request.resource_names, wildcard_capable=info.wildcard_capable
         )
-        state = attrs.evolve(state, listed=RequestedNames.of(request.resource_names))
+        changes["listed"] = RequestedNames.of(request.resource_names)
         if not first and subscription == previous:
-            return state
+            return
         check_subscribed(len(subscription.names), self._limits)
         resumable = _resumable(info, subscription)
         if first:
-            state = attrs.evolve(
-                state, held_version=(request.version_info or None) if resumable else None
-            )
+            changes["held_version"] = (request.version_info or None) if resumable else None
         elif not state.latest_nonce and not resumable:
-            state = attrs.evolve(state, held_version=None)
+            changes["held_version"] = None
         events.append(
             SubscriptionChanged(
                 type_url=info.type_url, previous=previous, subscription=subscription
             )
         )
-        return attrs.evolve(state, subscription=subscription)
+        changes["subscription"] = subscription
 
     def selection(self, type_url: str, view: ResourceView | None) -> Selection | None:
         """What this stream's client would be sent of ``type_url`` now: the view's selection

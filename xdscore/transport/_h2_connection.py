@@ -30,11 +30,11 @@ import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
-from hpack import Decoder
 from hpack.exceptions import HPACKError
 
 from .._errors import GrpcStatus, RemoteProtocolError, StreamClosed
 from ._frames import BATCH_BYTES, buffers, message_size, take
+from ._h2_headers import HeaderDecoder
 from ._h2_wire import (
     ACK,
     DEFAULT_FRAME,
@@ -384,8 +384,7 @@ class Connection(asyncio.Protocol):
         self._preface = False
         self._settled = False
         """Whether the client's first SETTINGS frame arrived."""
-        self._decoder = Decoder()
-        self._decoder.max_header_list_size = MAX_HEADER_BLOCK
+        self._decoder = HeaderDecoder(MAX_HEADER_BLOCK)
         self._block: bytearray | None = None
         """A header block being continued: (its stream, flags of its HEADERS frame)."""
         self._block_stream = 0
@@ -583,7 +582,7 @@ class Connection(asyncio.Protocol):
 
     def _request(self, stream_id: int, flags: int, block: bytes) -> None:
         try:
-            fields = self._decoder.decode(block, raw=True)
+            fields = self._decoder.decode(block)
         except HPACKError as error:
             raise _ConnectionError(ErrorCode.COMPRESSION_ERROR, str(error)) from None
         call = self.calls.get(stream_id)
