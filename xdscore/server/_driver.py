@@ -24,6 +24,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import attrs
 
 from .._errors import GrpcStatus, ProtocolError, RemoteProtocolError, StreamClosed
@@ -448,7 +449,7 @@ class ServerDriver(Generic[_Request, _Response]):
             self._check_synced()
         if not self._answers_heartbeats(events):
             self._requested = True  # answer at once, whatever is settling
-        if not (self._requested and self._answer_at_once()):
+        if not (self._requested and await self._answer_at_once()):
             self._wake.set()
 
     async def _wait_for_store(self, request: Any) -> None:
@@ -487,20 +488,29 @@ class ServerDriver(Generic[_Request, _Response]):
                 only, more = await self._next_round()
                 await self._push(only)
 
-    def _answer_at_once(self) -> bool:
+    async def _answer_at_once(self) -> bool:
         """Write what a request made due from the read task, without waiting, when the
         write task is between rounds, a push slot is free and the transport can write
         without waiting (``try_send_parts``): a request's answer then costs no task switch.
         ``False`` if any of that is not so: the write task answers. A response that does
-        not fit the windows is left to the write task (``_backlog``), in order."""
+        not fit the windows is left to the write task (``_backlog``), in order. A stream in
+        its initial sync then holds the slot across one yield, as the write task does (see
+        :meth:`PushSlots.acquire`)."""
         try_send = getattr(self._stream, "try_send_parts", None)
         if try_send is None or not self._parked or self._finishing or self._backlog is not None:
             return False
-        # Only once synced: a stream's initial sync goes through the push slots' queue, in
-        # which established streams go first (answered here, a reconnect storm's syncs
-        # would run as fast as their requests arrive, ahead of every established push).
-        if not self.synced or not self._slots.try_acquire(syncing=False):
+        syncing = not self.synced
+        if not self._slots.try_acquire(syncing=syncing):
             return False
+        try:
+            self._answer_now(try_send)
+            if syncing:
+                await anyio.lowlevel.checkpoint()
+        finally:
+            self._slots.release()
+        return True
+
+    def _answer_now(self, try_send: Callable[[Sequence[bytes]], bool]) -> None:
         pacer = self._pacer
         self._requested = False
         now = pacer.clock() if pacer is not None else 0.0
@@ -508,22 +518,18 @@ class ServerDriver(Generic[_Request, _Response]):
         started = time.monotonic()
         changed, self._changed_at = self._changed_at, None
         sent: set[str] = set()
-        try:
-            responses = self._due(None)
-            for index, response in enumerate(responses):
-                data = self._codec.encode(response, self._control_plane)
-                if not try_send(data):
-                    self._backlog = _Backlog(responses[index:], changed, started, sent)
-                    self._wake.set()
-                    return True
-                type_url = self._sending(response, changed)
-                self._sent(response, type_url, sum(map(len, data)), started)
-                sent.add(type_url)
-                del data
-        finally:
-            self._slots.release()
+        responses = self._due(None)
+        for index, response in enumerate(responses):
+            data = self._codec.encode(response, self._control_plane)
+            if not try_send(data):
+                self._backlog = _Backlog(responses[index:], changed, started, sent)
+                self._wake.set()
+                return
+            type_url = self._sending(response, changed)
+            self._sent(response, type_url, sum(map(len, data)), started)
+            sent.add(type_url)
+            del data
         self._follow_change(changed, sent)
-        return True
 
     def _answers_heartbeats(self, events: Sequence[Event]) -> bool:
         """Whether ``events`` are only the ACKs or NACKs of heartbeats: nothing to answer at
