@@ -56,19 +56,32 @@ class AtOnceStream:
 
 
 @asynccontextmanager
-async def synced_stream(
-    recorder: Recorder,
+async def open_stream(
+    recorder: Recorder, slots: PushSlots | None = None
 ) -> AsyncIterator[tuple[AtOnceStream, ClientDriver, XdsServer, anyio.abc.TaskGroup]]:
-    """A SotW ADS stream whose client holds clusters, endpoints, listener and route."""
+    """A SotW ADS stream served from ``config(80)`` (with ``slots``, if given) and a
+    client driver on its other end, both running; nothing asked for yet."""
     cache = SnapshotCache(group=same_for_all)
     cache.set_snapshot(None, config(80))
     server = XdsServer(cache, callbacks=recorder)
+    if slots is not None:
+        server._slots = slots
     client_end, server_end = byte_stream_pair(16)
     stream = AtOnceStream(server_end)
     client = ClientDriver(SotwClient(node=NODE), client_end, on_response=recorder.client_saw)
     async with anyio.create_task_group() as group:
         group.start_soon(lambda: server.run_stream(stream, protocol="sotw"))
         group.start_soon(client.run)
+        yield stream, client, server, group
+        group.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def synced_stream(
+    recorder: Recorder,
+) -> AsyncIterator[tuple[AtOnceStream, ClientDriver, XdsServer, anyio.abc.TaskGroup]]:
+    """A SotW ADS stream whose client holds clusters, endpoints, listener and route."""
+    async with open_stream(recorder) as (stream, client, server, group):
         await client.watch(CLUSTER, None)
         await client.watch(LISTENER, None)
         machine = client.machine
@@ -81,7 +94,6 @@ async def synced_stream(
             lambda: recorder.changed,
         )
         yield stream, client, server, group
-        group.cancel_scope.cancel()
 
 
 async def test_the_initial_sync_is_answered_at_once_too() -> None:
@@ -95,25 +107,16 @@ async def test_the_initial_sync_is_answered_at_once_too() -> None:
 
 async def test_a_syncing_stream_without_a_free_slot_is_answered_by_the_write_task() -> None:
     recorder = Recorder()
-    cache = SnapshotCache(group=same_for_all)
-    cache.set_snapshot(None, config(80))
-    server = XdsServer(cache, callbacks=recorder)
-    server._slots = PushSlots(1)
-    assert server._slots.try_acquire(syncing=False)  # held elsewhere for now
-    client_end, server_end = byte_stream_pair(16)
-    stream = AtOnceStream(server_end)
-    client = ClientDriver(SotwClient(node=NODE), client_end, on_response=recorder.client_saw)
-    async with anyio.create_task_group() as group:
-        group.start_soon(lambda: server.run_stream(stream, protocol="sotw"))
-        group.start_soon(client.run)
+    slots = PushSlots(1)
+    assert slots.try_acquire(syncing=False)  # held elsewhere for now
+    async with open_stream(recorder, slots) as (stream, client, _, _):
         await client.watch(CLUSTER, None)
         with anyio.move_on_after(0.1):
             await until(lambda: bool(recorder.responses), lambda: recorder.changed)
         assert recorder.responses == []  # waiting for the slot
-        server._slots.release()
+        slots.release()
         await until(lambda: len(recorder.responses) == 2, lambda: recorder.changed)
         assert len(stream.waited) == 1  # the write task took the slot and answered it
-        group.cancel_scope.cancel()
 
 
 async def test_a_synced_streams_request_is_answered_at_once() -> None:
