@@ -28,6 +28,12 @@ class Follower:
         """Every name of ``type_url`` that something the client holds refers to."""
         return frozenset().union(*self._by_target.get(type_url, {}).values())
 
+    def refers(self, type_url: str) -> bool:
+        """Whether what the client holds of ``type_url`` can refer to anything, or did: if
+        not, :meth:`update` would find nothing changed (callers may skip gathering what is
+        held)."""
+        return has_references(type_url) or any(type_url in by for by in self._by_target.values())
+
     def update(self, type_url: str, held: Mapping[str, Resource]) -> dict[str, frozenset[str]]:
         """Record that the client holds exactly ``held`` of ``type_url``; return the new
         followed set of every type whose set changed."""

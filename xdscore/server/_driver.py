@@ -978,6 +978,8 @@ class ClientDriver:
 
     async def _follow(self, type_url: str) -> None:
         assert self._follower is not None
+        if not self._follower.refers(type_url):
+            return
         changed = self._follower.update(type_url, self.machine.holds(type_url))
         for target, names in changed.items():
             await self._want(target, names)
