@@ -16,6 +16,7 @@ by default); frames are built with xdscore's own helpers and header blocks with 
 from __future__ import annotations
 
 import asyncio
+import functools
 import struct
 from collections import deque
 
@@ -56,6 +57,30 @@ class CallEnded(Exception):
         self.message = message
 
 
+@functools.lru_cache(maxsize=16)
+def _opening(authority: str, path: str) -> bytes:
+    """What a connection sends first: the preface, its settings and window, and the call's
+    headers (the same bytes for every connection to one server: a fresh HPACK encoder each
+    time, and one stream a connection)."""
+    block = Encoder().encode(
+        [
+            (":method", "POST"),
+            (":scheme", "http"),
+            (":path", path),
+            (":authority", authority),
+            ("content-type", "application/grpc"),
+            ("te", "trailers"),
+        ]
+    )
+    ours = {Setting.ENABLE_PUSH: 0, Setting.INITIAL_WINDOW_SIZE: WINDOW}
+    return (
+        PREFACE
+        + settings(ours)
+        + window_update(0, WINDOW - DEFAULT_WINDOW)
+        + frame(FrameType.HEADERS, END_HEADERS, _STREAM, block)
+    )
+
+
 class H2Call(asyncio.Protocol):
     """A connection carrying one gRPC call (stream 1); a byte stream for the client driver."""
 
@@ -92,23 +117,7 @@ class H2Call(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
-        block = Encoder().encode(
-            [
-                (":method", "POST"),
-                (":scheme", "http"),
-                (":path", self._path),
-                (":authority", self._authority),
-                ("content-type", "application/grpc"),
-                ("te", "trailers"),
-            ]
-        )
-        ours = {Setting.ENABLE_PUSH: 0, Setting.INITIAL_WINDOW_SIZE: WINDOW}
-        transport.write(
-            PREFACE
-            + settings(ours)
-            + window_update(0, WINDOW - DEFAULT_WINDOW)
-            + frame(FrameType.HEADERS, END_HEADERS, _STREAM, block)
-        )
+        transport.write(_opening(self._authority, self._path))
 
     def data_received(self, data: bytes) -> None:
         data = self._buffer + data if self._buffer else data
