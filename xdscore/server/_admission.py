@@ -30,6 +30,7 @@ import anyio.lowlevel
 import attrs
 
 from .._errors import GrpcStatus, RemoteProtocolError
+from ._wakeup import Wakeup
 
 __all__ = ["PushSlots", "ServerLimits", "TokenBucket", "refusal"]
 
@@ -144,7 +145,7 @@ class PushSlots:
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self._free = capacity
-        self._waiting: tuple[deque[anyio.Event], deque[anyio.Event]] = (deque(), deque())
+        self._waiting: tuple[deque[Wakeup], deque[Wakeup]] = (deque(), deque())
 
     @property
     def in_use(self) -> int:
@@ -174,13 +175,13 @@ class PushSlots:
             # established push waits behind no more.
             await anyio.lowlevel.checkpoint()
             return
-        granted = anyio.Event()
+        granted = Wakeup()
         queue = self._waiting[1 if syncing else 0]
         queue.append(granted)
         try:
             await granted.wait()
         except BaseException:
-            if granted.is_set():
+            if granted.raised:
                 self.release()  # handed over just as it was cancelled: pass it on
             else:
                 queue.remove(granted)

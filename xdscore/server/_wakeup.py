@@ -24,6 +24,11 @@ class Wakeup:
         self._raised = raised
         self._waiter: asyncio.Future[None] | anyio.Event | None = None
 
+    @property
+    def raised(self) -> bool:
+        """Whether the flag is raised (set, and not yet consumed by a wait)."""
+        return self._raised
+
     def set(self) -> None:
         """Raise the flag; never blocks."""
         self._raised = True
