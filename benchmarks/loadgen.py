@@ -287,7 +287,8 @@ class Fleet:
         self.all_updated = asyncio.Event()
         self.pushing = False
         self.expected_changes = clusters
-        self._converged = 0
+        self.converged = 0
+        """Clients that have converged so far."""
         self._updated = 0
         self._decoder = SharedDecoder()
         if not self.clients:
@@ -389,8 +390,8 @@ class Fleet:
                 self._mark_updated(client)
         if not client.converged_at and client.converged(self.clusters):
             client.converged_at = time.monotonic()
-            self._converged += 1
-            if self._converged == len(self.clients):
+            self.converged += 1
+            if self.converged == len(self.clients):
                 self.all_converged.set()
 
     def _mark_updated(self, client: Client) -> None:

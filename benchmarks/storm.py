@@ -14,12 +14,19 @@ The report (JSON) holds the storm's convergence time, how many refusals it took,
 established clients' push latencies (median, p99, max), the server's CPU seconds and peak
 RSS, and the load generator's own CPU (a saturated generator is not a slow server).
 Clients are those of benchmarks/loadgen.py: the library's client machines and driver.
+
+``--workers K`` spreads the storm's clients over K load-generator processes (this one and
+K - 1 children, all on the generator's core): one process holds one descriptor per client,
+and a 20,000-client storm needs more than one process's limit. The children start their
+clients when this process starts its own, and report when theirs have converged (monotonic
+clock times, which every process on the machine shares).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import socket
@@ -47,6 +54,100 @@ async def _established_latency(
     return max(client.updated_at for client in fleet.clients) - set_at
 
 
+class Child:
+    """A load-generator process running part of the storm (``storm.py --child``)."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+        self.report: dict[str, Any] | None = None
+
+    @classmethod
+    async def start(cls, target: str, clients: int, clusters: int, name: str) -> Child:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, __file__, "--child", target,
+            "--clients", str(clients), "--clusters", str(clusters), "--name", name,
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        child = cls(process)
+        assert await child._line() == "READY"
+        return child
+
+    async def _line(self) -> str:
+        assert self.process.stdout is not None
+        return (await self.process.stdout.readline()).decode().strip()
+
+    def tell(self, word: str) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(f"{word}\n".encode())
+
+    async def converged(self) -> dict[str, Any]:
+        """The child's report once its clients have converged."""
+        line = await self._line()
+        if not line.startswith("CONVERGED "):
+            raise RuntimeError(f"a storm child failed: {line!r}")
+        self.report = json.loads(line.removeprefix("CONVERGED "))
+        return self.report
+
+    async def status(self) -> dict[str, Any]:
+        """The child's report now, converged or not (after :meth:`converged` was cancelled)."""
+        self.tell("status")
+        while not (line := await self._line()).startswith("STATUS "):
+            if not line:
+                raise RuntimeError("a storm child ended")
+        return json.loads(line.removeprefix("STATUS "))
+
+    async def stop(self) -> None:
+        if self.process.returncode is None:
+            self.tell("quit")
+            try:
+                async with asyncio.timeout(10):
+                    await self.process.wait()
+            except TimeoutError:
+                self.process.kill()
+                await self.process.wait()
+
+
+async def child(args: argparse.Namespace) -> None:
+    """``--child TARGET``: run ``--clients`` storm clients when told ``go``; report
+    ``CONVERGED {json}`` once all have converged; stop when told ``quit``."""
+    os.sched_setaffinity(0, {1})
+    tune_collector()
+    fleet = Fleet(args.child, args.clients, args.clusters, delta=False, name=args.name)
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    print("READY", flush=True)
+    if (await reader.readline()).strip() != b"go":
+        return
+    own0 = _own_cpu()
+    tasks = [asyncio.create_task(fleet.run_client(c)) for c in fleet.clients]
+
+    def summary() -> str:
+        return json.dumps(
+            {
+                "converged_at": time.monotonic(),
+                "converged": fleet.converged,
+                "refusals": sum(c.refusals for c in fleet.clients),
+                "reconnects": sum(c.reconnects for c in fleet.clients),
+                "cpu_s": round(_own_cpu() - own0, 3),
+                "errors": [c.error for c in fleet.clients if c.error][:5],
+            }
+        )
+
+    async def report_convergence() -> None:
+        await fleet.all_converged.wait()
+        print("CONVERGED " + summary(), flush=True)
+
+    tasks.append(asyncio.create_task(report_convergence()))
+    try:
+        while (await reader.readline()).strip() == b"status":
+            print("STATUS " + summary(), flush=True)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     os.sched_setaffinity(0, {1})
     tune_collector()
@@ -60,7 +161,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     )
     target = await server.start(args.timeout)
     established = Fleet(target, args.established, args.clusters, delta=False, name="established")
-    storm = Fleet(target, args.clients, args.clusters, delta=False, name="storm")
+    share = args.clients // args.workers
+    storm = Fleet(
+        target, args.clients - share * (args.workers - 1), args.clusters, delta=False, name="storm"
+    )
+    children: list[Child] = []
     tasks: list[asyncio.Task[None]] = []
     report: dict[str, Any] = {
         "clients": args.clients,
@@ -72,46 +177,89 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         tasks += [asyncio.create_task(established.run_client(c)) for c in established.clients]
         async with asyncio.timeout(args.timeout):
             await established.all_converged.wait()
+        children = [
+            await Child.start(target, share, args.clusters, f"storm{n}")
+            for n in range(1, args.workers)
+        ]
         cpu0, own0 = server.cpu_seconds(), _own_cpu()
         started = time.monotonic()
+        for each in children:
+            each.tell("go")
         tasks += [asyncio.create_task(storm.run_client(c)) for c in storm.clients]
+        everyone = asyncio.Event()
+        finished: list[float] = []
+
+        async def all_converged() -> None:
+            await storm.all_converged.wait()
+            finished.append(time.monotonic())
+            reports = await asyncio.gather(*(each.converged() for each in children))
+            finished.extend(report["converged_at"] for report in reports)
+            everyone.set()
+
+        tasks.append(asyncio.create_task(all_converged()))
         latencies: list[float] = []
-        while not storm.all_converged.is_set():
+        while not everyone.is_set():
             if args.push_every <= 0:
-                async with asyncio.timeout(args.timeout):
-                    await storm.all_converged.wait()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(args.timeout):
+                        await everyone.wait()
                 break
             try:
                 async with asyncio.timeout(args.push_every):
-                    await storm.all_converged.wait()
+                    await everyone.wait()
             except TimeoutError:
                 latencies.append(
                     await _established_latency(established, server, args.endpoints, args.timeout)
                 )
             if time.monotonic() - started > args.timeout:
-                raise TimeoutError("the storm did not converge")
-        report["storm_convergence_s"] = round(time.monotonic() - started, 3)
+                break
+        if everyone.is_set():
+            reports = [each.report for each in children if each.report is not None]
+            report["storm_convergence_s"] = round(max(finished) - started, 3)
+        else:
+            # Not all converged within --timeout: how many did, and what it cost.
+            tasks[-1].cancel()
+            reports = [await each.status() for each in children]
+            report["storm_convergence_s"] = None
+            report["timed_out_after_s"] = round(time.monotonic() - started, 3)
+        report["converged_clients"] = storm.converged + sum(each["converged"] for each in reports)
         report["server_cpu_s"] = round(server.cpu_seconds() - cpu0, 3)
-        report["loadgen_cpu_s"] = round(_own_cpu() - own0, 3)
-        report["refusals"] = sum(client.refusals for client in storm.clients)
+        report["loadgen_cpu_s"] = round(
+            _own_cpu() - own0 + sum(each["cpu_s"] for each in reports), 3
+        )
+        report["workers"] = args.workers
+        report["refusals"] = sum(client.refusals for client in storm.clients) + sum(
+            each["refusals"] for each in reports
+        )
+        report["reconnects"] = sum(client.reconnects for client in storm.clients) + sum(
+            each["reconnects"] for each in reports
+        )
         report["pushes_during_storm"] = len(latencies)
         if latencies:
             report["established_push_median_s"] = round(statistics.median(latencies), 3)
             report["established_push_p99_s"] = round(_percentile(latencies, 0.99), 3)
             report["established_push_max_s"] = round(max(latencies), 3)
         report["server_peak_rss_mb"] = round(server.peak_rss_mb(), 1)
-        report["errors"] = [c.error for c in storm.clients if c.error][:5]
+        errors = [c.error for c in storm.clients if c.error]
+        report["errors"] = [*errors, *(e for each in reports for e in each["errors"])][:5]
     finally:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        for each in children:
+            await each.stop()
         await server.stop()
     return report
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--server-cmd", required=True)
+    parser.add_argument("--server-cmd")
+    parser.add_argument(
+        "--workers", type=int, default=1, help="load-generator processes for the storm's clients"
+    )
+    parser.add_argument("--child", metavar="TARGET", help=argparse.SUPPRESS)
+    parser.add_argument("--name", default="storm", help=argparse.SUPPRESS)
     parser.add_argument("--clients", type=int, default=5000)
     parser.add_argument("--established", type=int, default=20)
     parser.add_argument("--clusters", type=int, default=100)
@@ -120,6 +268,11 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=180.0)
     parser.add_argument("--json", help="write the report here too")
     args = parser.parse_args()
+    if args.child:
+        asyncio.run(child(args))
+        return
+    if not args.server_cmd:
+        parser.error("--server-cmd is required")
     report = asyncio.run(run(args))
     text = json.dumps(report, indent=2)
     if args.json:

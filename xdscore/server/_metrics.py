@@ -132,7 +132,7 @@ class Metrics:
         )
         self.connections_cut = Counter(
             "xdscore_connections_cut",
-            "HTTP/2 connections the transport cut for abuse, by reason.",
+            "HTTP/2 connections cut for abuse, or closed at accept past max_connections.",
             ["reason"],
             registry=r,
         )
@@ -141,7 +141,7 @@ class Metrics:
                 self.streams.labels(protocol, mode)
         for reason in ("closing", "max_streams", "initial_syncs", "rate", "permission_denied"):
             self.refused_streams.labels(reason)
-        for reason in ("rapid_reset", "ping_flood", "settings_flood"):
+        for reason in ("rapid_reset", "ping_flood", "settings_flood", "max_connections"):
             self.connections_cut.labels(reason)
         for info in all_types():
             # Every registered type's series exists from the start, so that increase()

@@ -18,15 +18,16 @@ import asyncio
 import logging
 import ssl
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from .._errors import GrpcStatus, ProtocolError, RemoteProtocolError, StreamClosed
 from ..protocol._state import ProtocolName
 from ..server._driver import forget_frames
 from ..server._server import XdsServer
+from ._accept import Acceptor, default_max_connections
 from ._h2_connection import Call, Connection, Handler
 from ._http2 import ConnectionLimits, CutReason
-from ._methods import ACCEPT_BACKLOG, Method, listening_socket, served_methods
+from ._methods import Method, listening_socket, served_methods
 from ._tls import peer_identity
 
 __all__ = ["Http2Transport"]
@@ -44,18 +45,28 @@ class Http2Transport:
     ``connection_limits`` bounds, per connection, the HTTP/2 frames that cost the server work
     (rapid stream resets, PING and SETTINGS floods); a connection past them is cut with
     GOAWAY ENHANCE_YOUR_CALM and counted in ``xdscore_connections_cut_total{reason}``.
+    ``max_connections`` bounds the connections open at once (by default the process's
+    descriptor limit less a reserve): past it a new connection is closed as it is accepted
+    and counted in ``xdscore_connections_cut_total{reason="max_connections"}``.
     """
 
     def __init__(
-        self, server: XdsServer, *, connection_limits: ConnectionLimits | None = None
+        self,
+        server: XdsServer,
+        *,
+        connection_limits: ConnectionLimits | None = None,
+        max_connections: int | None = None,
     ) -> None:
         self.server = server
         self.connection_limits = connection_limits or ConnectionLimits()
+        self.max_connections = (
+            max_connections if max_connections is not None else default_max_connections()
+        )
         self._routes: dict[str, Handler] = {
             method.path: self._handler(method) for method in served_methods()
         }
         self.port: int | None = None
-        self._listener: asyncio.Server | None = None
+        self._listener: Acceptor | None = None
         self._connections: set[Connection] = set()
 
     def _handler(self, method: Method) -> Handler:
@@ -142,7 +153,7 @@ class Http2Transport:
 
         return run
 
-    def _connection_cut(self, reason: CutReason) -> None:
+    def _connection_cut(self, reason: CutReason | Literal["max_connections"]) -> None:
         metrics = self.server.metrics
         if metrics is not None:
             metrics.connections_cut.labels(reason).inc()
@@ -171,10 +182,13 @@ class Http2Transport:
         ``reuse_port`` sets SO_REUSEPORT, so that several processes listen on one port.
         """
         sock = listening_socket(host, port, reuse_port=reuse_port)
-        loop = asyncio.get_running_loop()
-        # (asyncio listens again with its own backlog: it is given the same one)
-        self._listener = await loop.create_server(
-            self._connection, sock=sock, ssl=ssl_context, backlog=ACCEPT_BACKLOG
+        self._listener = Acceptor(
+            sock,
+            self._connection,
+            ssl_context=ssl_context,
+            max_connections=self.max_connections,
+            open_count=self._connections.__len__,
+            on_refused=lambda: self._connection_cut("max_connections"),
         )
         self.port = int(sock.getsockname()[1])
         self.server.serving = True
@@ -190,7 +204,7 @@ class Http2Transport:
         if self.port is None or self._listener is None:
             return
         self.port = None
-        self._listener.close()
+        await self._listener.close()
         tasks = {
             call.task
             for connection in self._connections
@@ -203,7 +217,6 @@ class Http2Transport:
             await asyncio.wait(tasks, timeout=STOP_GRACE)
         for connection in list(self._connections):
             connection.close()
-        await self._listener.wait_closed()
 
     async def __aenter__(self) -> Http2Transport:
         return self
