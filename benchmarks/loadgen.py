@@ -230,6 +230,18 @@ class SharedDecoder:
         return tuple(resources)
 
 
+ENVOY_BACKOFF_BASE_S = 0.5
+ENVOY_BACKOFF_MAX_S = 30.0
+
+
+def envoy_backoff(failures: int) -> float:
+    """Envoy's wait before retrying its xDS stream after ``failures`` failed attempts in a
+    row: uniform in [0, base x 2^(failures - 1)), that bound capped at 30 s (its gRPC
+    stream's jittered exponential back-off, base 500 ms)."""
+    bound = min(ENVOY_BACKOFF_MAX_S, ENVOY_BACKOFF_BASE_S * 2 ** max(0, failures - 1))
+    return random.uniform(0.0, bound)
+
+
 @dataclass
 class Client:
     """One simulated proxy: its machine, and when it took each update."""
@@ -246,6 +258,8 @@ class Client:
     eds_version_at_push: str = ""
     error: str = ""
     refusals: int = 0
+    refused_in_a_row: int = 0
+    """Refusals since the client last received a response (Envoy's back-off resets then)."""
     reconnects: int = 0
     versions: dict[str, str] = field(default_factory=dict)
 
@@ -352,10 +366,12 @@ class Fleet:
             if status != _RESOURCE_EXHAUSTED or hint is None:
                 client.error = str(exc)[:200]
                 return
-            # Shed by admission control: come back when the server says, as Envoy would.
+            # Shed by admission control: come back as Envoy does after a failed stream (a
+            # jittered exponential back-off), but not before the server's hint.
             client.refusals += 1
+            client.refused_in_a_row += 1
             await close()
-            await asyncio.sleep(float(hint.group(1)))
+            await asyncio.sleep(max(float(hint.group(1)), envoy_backoff(client.refused_in_a_row)))
             await self.run_client(client, resume=resume)
         except asyncio.CancelledError as exc:
             client.error = str(exc)[:200]
@@ -372,6 +388,7 @@ class Fleet:
 
     def _observe(self, client: Client, response: Any) -> None:
         client.responses += 1
+        client.refused_in_a_row = 0
         client.resources += len(response.resources)
         type_url = response.type_url
         if self.delta:

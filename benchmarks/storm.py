@@ -6,8 +6,9 @@
 
 The M established clients connect and converge first. Then all N storm clients open their
 streams at once (each its own channel and TCP connection, as after a control plane
-restart); a client the server sheds with RESOURCE_EXHAUSTED comes back after the hint the
-refusal carries, as Envoy does. While the storm converges, the server pushes a change every
+restart); a client the server sheds with RESOURCE_EXHAUSTED comes back as Envoy does after
+a failed stream (a jittered exponential back-off from 500 ms to 30 s), and not before the
+hint the refusal carries. While the storm converges, the server pushes a change every
 ``--push-every`` seconds (one endpoint set, which every client holds) and the time each
 established client takes to ACK it is recorded; ``--push-every 0`` pushes nothing.
 The report (JSON) holds the storm's convergence time, how many refusals it took, the

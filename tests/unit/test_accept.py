@@ -11,6 +11,7 @@ import socket
 import pytest
 
 from xdscore import SnapshotCache, XdsServer, same_for_all
+from xdscore.server import ServerLimits
 from xdscore.transport import Http2Transport, _accept
 
 from ..fault._clients import eventually
@@ -22,11 +23,27 @@ async def connect(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter
     return await asyncio.open_connection("127.0.0.1", port)
 
 
-async def server_speaks(reader: asyncio.StreamReader) -> bool:
+async def server_speaks(reader: asyncio.StreamReader, within: float = 5.0) -> bool:
     """Whether the server sent its SETTINGS frame (b"" : it closed the connection)."""
-    async with asyncio.timeout(5):
+    async with asyncio.timeout(within):
         head = await reader.read(9)
     return len(head) == 9 and head[3] == 0x4
+
+
+async def test_a_full_server_accepts_nothing_until_a_stream_ends() -> None:
+    server = XdsServer(SnapshotCache(group=same_for_all), server_limits=ServerLimits(max_streams=1))
+    async with Http2Transport(server) as transport:
+        port = await transport.start()
+        first = await connect(port)
+        assert await server_speaks(first[0])
+        second = await connect(port)  # in the kernel's accept queue: nothing is said to it
+        with pytest.raises(TimeoutError):
+            await server_speaks(second[0], within=0.6)
+        assert len(transport._connections) == 1
+        first[1].close()
+        await first[1].wait_closed()
+        assert await server_speaks(second[0])  # accepted once there was room
+        second[1].close()
 
 
 async def test_past_max_connections_a_connection_is_closed_and_counted() -> None:

@@ -313,6 +313,13 @@ class XdsServer:
             identity=identity,
         )
 
+    def full(self, connections: int = 0) -> bool:
+        """Whether a new stream would be refused for ``max_streams`` now, counting as
+        streams too the ``connections`` a transport holds (each carries one stream or
+        will). A transport stops accepting connections while the server is full."""
+        bound = self.server_limits.max_streams
+        return bool(bound) and max(len(self._streams), connections) >= bound
+
     @property
     def syncing(self) -> int:
         """Streams that have not yet answered a response of every type they asked for."""

@@ -189,6 +189,7 @@ class Http2Transport:
             max_connections=self.max_connections,
             open_count=self._connections.__len__,
             on_refused=lambda: self._connection_cut("max_connections"),
+            admitting=lambda: not self.server.full(len(self._connections)),
         )
         self.port = int(sock.getsockname()[1])
         self.server.serving = True
