@@ -13,10 +13,22 @@ import anyio.abc
 import anyio.lowlevel
 import pytest
 
-from xdscore import CLUSTER, ENDPOINT, LISTENER, ROUTE, SnapshotCache, XdsServer, same_for_all
-from xdscore.protocol import SotwClient
+from xdscore import (
+    CLUSTER,
+    ENDPOINT,
+    LISTENER,
+    ROUTE,
+    Snapshot,
+    SnapshotCache,
+    XdsServer,
+    make_resource,
+    same_for_all,
+)
+from xdscore import builders as b
+from xdscore.protocol import SUPPORTS_TTL, DeltaClient, DeltaResponse, SotwClient
 from xdscore.server import ClientDriver, PushSlots
 from xdscore.testing import MemoryByteStream, byte_stream_pair
+from xdscore.wire import make_node
 
 from .test_driver import DEADLINE, NODE, Recorder, config, until
 
@@ -237,3 +249,27 @@ async def test_try_acquire_never_waits_and_respects_who_goes_first() -> None:
         assert not slots.try_acquire(syncing=True)
     assert slots.try_acquire(syncing=False)
     assert PushSlots(0).try_acquire(syncing=True)  # no bound
+
+
+async def test_a_ttl_resource_answered_at_once_still_gets_its_heartbeats() -> None:
+    # The write task waits for the heartbeat time it last saw (none): a response with a TTL
+    # written by the read task must tell it the new one.
+    listener = make_resource(b.http_listener("l", 10000, "r"), ttl=0.3)
+    cache = SnapshotCache(group=same_for_all)
+    cache.set_snapshot(None, Snapshot([listener]))
+    recorder = Recorder()
+    server = XdsServer(cache, callbacks=recorder)
+    client_end, server_end = byte_stream_pair(16)
+    stream = AtOnceStream(server_end)
+    node = make_node(id="ttl", client_features=(SUPPORTS_TTL,))
+    client = ClientDriver(DeltaClient(node=node), client_end, follow=False)
+    with anyio.fail_after(DEADLINE):
+        async with anyio.create_task_group() as group:
+            group.start_soon(lambda: server.run_stream(stream, protocol="delta"))
+            group.start_soon(client.run)
+            await client.subscribe(LISTENER)
+            await anyio.sleep(0.6)
+            beats = [r for r in recorder.responses if isinstance(r, DeltaResponse) and r.heartbeat]
+            assert stream.at_once  # the listener itself went out from the read task
+            assert 3 <= len(beats) <= 8, len(beats)  # every 0.1 s, a third of the TTL
+            group.cancel_scope.cancel()

@@ -518,7 +518,22 @@ class ServerDriver(Generic[_Request, _Response]):
         started = time.monotonic()
         changed, self._changed_at = self._changed_at, None
         sent: set[str] = set()
-        responses = self._due(None)
+        planned = self._heartbeats.at
+        try:
+            self._write_now(try_send, self._due(None), changed, started, sent)
+        finally:
+            if self._heartbeats.at != planned:
+                # The write task waits for the heartbeat time it saw: tell it the new one.
+                self._wake.set()
+
+    def _write_now(
+        self,
+        try_send: Callable[[Sequence[bytes]], bool],
+        responses: list[_Response],
+        changed: float | None,
+        started: float,
+        sent: set[str],
+    ) -> None:
         for index, response in enumerate(responses):
             data = self._codec.encode(response, self._control_plane)
             if not try_send(data):

@@ -59,6 +59,11 @@ class HeartbeatSchedule:
         self._at = None
         self.held(shortest_ttl)
 
+    @property
+    def at(self) -> float | None:
+        """When the next heartbeat is due (``None``: none is planned)."""
+        return self._at
+
     def due(self) -> bool:
         """Whether the next heartbeat's time has come."""
         return self._at is not None and self._clock() >= self._at
