@@ -58,6 +58,10 @@ class AtOnceStream:
     async def closed(self) -> None:
         await self._end.closed()
 
+    def counts(self) -> tuple[int, int]:
+        """(messages the write task wrote, messages written at once) so far."""
+        return len(self.waited), len(self.at_once)
+
     def try_send_parts(self, parts: Sequence[bytes]) -> bool:
         if not self.room:
             return False
@@ -65,6 +69,12 @@ class AtOnceStream:
         self._end._outgoing.send_nowait(data)
         self.at_once.append(data)
         return True
+
+
+def sotw(client: ClientDriver) -> SotwClient:
+    machine = client.machine
+    assert isinstance(machine, SotwClient)
+    return machine
 
 
 @asynccontextmanager
@@ -96,8 +106,7 @@ async def synced_stream(
     async with open_stream(recorder) as (stream, client, server, group):
         await client.watch(CLUSTER, None)
         await client.watch(LISTENER, None)
-        machine = client.machine
-        assert isinstance(machine, SotwClient)
+        machine = sotw(client)
         await until(
             lambda: (
                 all(machine.holds(t) for t in (CLUSTER, ENDPOINT, LISTENER, ROUTE))
@@ -134,23 +143,21 @@ async def test_a_syncing_stream_without_a_free_slot_is_answered_by_the_write_tas
 async def test_a_synced_streams_request_is_answered_at_once() -> None:
     recorder = Recorder()
     async with synced_stream(recorder) as (stream, client, _, _):
-        machine = client.machine
-        assert isinstance(machine, SotwClient)
-        before = (len(stream.waited), len(stream.at_once))
+        machine = sotw(client)
+        before = stream.counts()
         await client.watch(ENDPOINT, ["a"])  # narrowed: a new selection is due
         await until(
             lambda: len(recorder.responses) == 5 and len(machine.holds(ENDPOINT)) == 1,
             lambda: recorder.changed,
         )
-        assert (len(stream.waited), len(stream.at_once)) == (before[0], before[1] + 1)
+        assert stream.counts() == (before[0], before[1] + 1)
 
 
 async def test_without_room_the_write_task_answers_in_order() -> None:
     recorder = Recorder()
     async with synced_stream(recorder) as (stream, client, _, _):
-        machine = client.machine
-        assert isinstance(machine, SotwClient)
-        before = (len(stream.waited), len(stream.at_once))
+        machine = sotw(client)
+        before = stream.counts()
         stream.room = False
         await client.watch(ENDPOINT, ["b"])
         await until(lambda: len(recorder.responses) == 5, lambda: recorder.changed)
@@ -160,15 +167,14 @@ async def test_without_room_the_write_task_answers_in_order() -> None:
             lambda: len(recorder.responses) == 6 and set(machine.holds(ENDPOINT)) == {"a", "b"},
             lambda: recorder.changed,
         )
-        assert (len(stream.waited), len(stream.at_once)) == (before[0] + 1, before[1] + 1)
+        assert stream.counts() == (before[0] + 1, before[1] + 1)
 
 
 async def test_a_cache_change_is_still_pushed_by_the_write_task() -> None:
     recorder = Recorder()
     async with synced_stream(recorder) as (stream, client, server, _):
-        machine = client.machine
-        assert isinstance(machine, SotwClient)
-        before = (len(stream.waited), len(stream.at_once))
+        machine = sotw(client)
+        before = stream.counts()
         server.cache.set_snapshot(None, config(81))  # type: ignore[attr-defined]
         await until(
             lambda: (
@@ -178,7 +184,7 @@ async def test_a_cache_change_is_still_pushed_by_the_write_task() -> None:
             lambda: recorder.changed,
         )
         # Pushed by the write task; the ACK of the push makes nothing due.
-        assert (len(stream.waited), len(stream.at_once)) == (before[0] + 1, before[1])
+        assert stream.counts() == (before[0] + 1, before[1])
 
 
 async def test_established_pushes_take_free_slots_after_one_yield() -> None:

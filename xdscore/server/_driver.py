@@ -353,6 +353,10 @@ class ServerDriver(Generic[_Request, _Response]):
         self._parked = False
         """The write task waits for a wake-up (between rounds): a request's answer may be
         written by the read task at once (see ``_answer_at_once``)."""
+        self._try_send: Callable[[Sequence[bytes]], bool] | None = getattr(
+            stream, "try_send_parts", None
+        )
+        """The transport's write that never waits, if it has one."""
         self._backlog: _Backlog[_Response] | None = None
         """Responses the read task polled but could not write without waiting: the write
         task writes them first."""
@@ -496,7 +500,7 @@ class ServerDriver(Generic[_Request, _Response]):
         not fit the windows is left to the write task (``_backlog``), in order. A stream in
         its initial sync then holds the slot across one yield, as the write task does (see
         :meth:`PushSlots.acquire`)."""
-        try_send = getattr(self._stream, "try_send_parts", None)
+        try_send = self._try_send
         if try_send is None or not self._parked or self._finishing or self._backlog is not None:
             return False
         syncing = not self.synced
