@@ -996,16 +996,22 @@ async def test_twenty_megabytes_on_one_stream_never_buffer_more_than_its_window(
 # -- 5. stopping -----------------------------------------------------------------------------------
 
 
+async def two_answered_streams(peer: Peer) -> list[int]:
+    """Two ADS streams, each answered its CDS request."""
+    streams = [await peer.open(ADS), await peer.open(ADS)]
+    for stream in streams:
+        await peer.send_message(stream, cds_request(f"node-{stream}"))
+    await peer.until(lambda p: all(p.data(s) for s in streams), what="two responses")
+    return streams
+
+
 async def test_stop_sends_trailers_then_closes() -> None:
     """Stopping the transport: each open stream gets trailers with grpc-status 0, then the
     socket closes. No GOAWAY follows once every call has ended (some clients fail a call
     whose trailers arrive in the same read as a GOAWAY), and no RST_STREAM follows the
     trailers of a client that is not inside a message."""
     async with serving() as served, client(served.port) as peer:
-        streams = [await peer.open(ADS), await peer.open(ADS)]
-        for stream in streams:
-            await peer.send_message(stream, cds_request(f"node-{stream}"))
-        await peer.until(lambda p: all(p.data(s) for s in streams), what="two responses")
+        streams = await two_answered_streams(peer)
         stopping = asyncio.create_task(served.transport.stop())
         await peer.closed()
         await stopping
@@ -1015,6 +1021,46 @@ async def test_stop_sends_trailers_then_closes() -> None:
         assert len(trailers) == 2
         assert not [f for f in peer.frames if f.kind in (GOAWAY, RST_STREAM)]
         assert peer.goaway is None
+
+
+async def test_stop_closes_a_connection_once_its_client_closed_the_ended_streams() -> None:
+    """After the trailers, the socket stays open until the client has closed its side of
+    every stream the stop ended (gRPC's client answers trailers with RST_STREAM NO_ERROR and
+    publishes the status only then: closing at once raced it into UNAVAILABLE "Socket
+    closed"), and closes as soon as it has, well inside the grace."""
+    async with serving() as served, client(served.port) as peer:
+        streams = await two_answered_streams(peer)
+        stopping = asyncio.create_task(served.transport.stop())
+        await peer.until(lambda p: all(p.status(s) for s in streams), what="the trailers")
+        first, second = streams
+        peer.h2.reset_stream(first)
+        await peer.flush()
+        await peer.settle(0.2)
+        assert not peer.eof, "closed before the client closed its side of every stream"
+        assert not stopping.done()
+        peer.h2.reset_stream(second)
+        await peer.flush()
+        started = time.monotonic()
+        await peer.closed(timeout=0.5)
+        await stopping
+        assert time.monotonic() - started < 0.3
+        assert [peer.status(s) for s in streams] == [(OK, ""), (OK, "")]
+        assert peer.goaway is None
+
+
+async def test_stop_closes_after_the_grace_if_the_client_keeps_its_side_open() -> None:
+    """A client that never closes its side of an ended stream holds the stop for the grace
+    (1 s) at most."""
+    async with serving() as served, client(served.port) as peer:
+        stream = await peer.open(ADS)
+        await peer.send_message(stream, cds_request())
+        await peer.until(lambda p: p.data(stream), what="a response")
+        started = time.monotonic()
+        with anyio.fail_after(3):
+            await served.transport.stop()
+        assert 0.9 < time.monotonic() - started < 2
+        await peer.closed(timeout=1)
+        assert peer.status(stream) == (OK, "")
 
 
 async def test_stop_inside_a_message_resets_the_stream() -> None:

@@ -343,6 +343,8 @@ class Call:
                 # (grpclib's) fail a call whose trailers arrive in the same read as a reset;
                 # what such a client sends later is credited to the connection and dropped.
                 connection.queue(rst_stream(self.id, ErrorCode.NO_ERROR))
+            elif not self.remote_closed and connection.draining is not None:
+                connection.draining.add(self.id)
         connection.release(self)
 
     async def closed(self) -> None:
@@ -396,6 +398,10 @@ class Connection(asyncio.Protocol):
         self.paused = False
         self._drained: asyncio.Future[None] | None = None
         self.closing = False
+        self.draining: set[int] | None = None
+        """While the server stops (:meth:`drain`): the streams it has ended whose clients
+        have not yet closed their side."""
+        self._drained_streams: asyncio.Future[None] | None = None
         self.cut: CutReason | None = None
         self.peer = ""
         self.peer_certificate: Mapping[str, Any] | None = None
@@ -463,6 +469,7 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
+        self._streams_drained()
         self.resume_writing()
         for call in list(self.calls.values()):
             self._abandon(call)
@@ -542,6 +549,8 @@ class Connection(asyncio.Protocol):
             self._maybe_credit_connection()
             if call is not None:
                 self._reset(call, ErrorCode.STREAM_CLOSED)
+            elif flags & END_STREAM:
+                self._client_closed(stream_id)
             return
         call.recv_window -= size
         if call.recv_window < 0:
@@ -593,6 +602,8 @@ class Connection(asyncio.Protocol):
                     raise _ConnectionError(ErrorCode.PROTOCOL_ERROR, "trailers without END_STREAM")
                 call.remote_closed = True
                 call._wake_reader()
+            elif flags & END_STREAM:
+                self._client_closed(stream_id)
             return
         self._last_stream = stream_id
         if len(self.calls) >= MAX_STREAMS:
@@ -665,6 +676,7 @@ class Connection(asyncio.Protocol):
             raise _ConnectionError(ErrorCode.PROTOCOL_ERROR, "RST_STREAM on an idle stream")
         call = self.calls.get(stream_id)
         if call is None:
+            self._client_closed(stream_id)
             return
         self._abandon(call)
         self._count_reset(call)
@@ -795,6 +807,41 @@ class Connection(asyncio.Protocol):
         if task is not None and not task.done():
             task.cancel()
 
+    def drain(self) -> None:
+        """From now on, remember the streams the server ends while their clients still send
+        (see :meth:`streams_closed`)."""
+        if self.draining is None:
+            self.draining = set()
+
+    async def streams_closed(self) -> None:
+        """Return once the client has closed its side of every stream the server ended
+        since :meth:`drain`, or has gone.
+
+        A client may publish a stream's status only once both sides of it are closed: gRPC's
+        own answers the trailers with RST_STREAM NO_ERROR, and if the connection ends before
+        that is written, fails the call with UNAVAILABLE "Socket closed" although the
+        trailers arrived. Closing the connection after this returns avoids that race.
+        """
+        if not self.draining or self.closing:
+            return
+        if self._drained_streams is None:
+            self._drained_streams = asyncio.get_running_loop().create_future()
+        await asyncio.shield(self._drained_streams)
+
+    def _client_closed(self, stream_id: int) -> None:
+        """The client closed its side of ``stream_id``, which the server had ended."""
+        draining = self.draining
+        if not draining:
+            return
+        draining.discard(stream_id)
+        if not draining:
+            self._streams_drained()
+
+    def _streams_drained(self) -> None:
+        waiter = self._drained_streams
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
     def close(self, debug: bytes = b"server stopping") -> None:
         """Close the socket once what is queued is written; with calls still open, send
         GOAWAY NO_ERROR first and end them.
@@ -808,8 +855,7 @@ class Connection(asyncio.Protocol):
         if self._transport is not None and not self.closing:
             self.flush()
             self.closing = True
-            self._transport.close()
-            asyncio.get_running_loop().call_later(self._limits.close_grace, self._transport.abort)
+            self._shut(self._transport, linger=True)
 
     def _close(self, code: ErrorCode, debug: bytes) -> None:
         if self.closing or self._transport is None:
@@ -820,7 +866,21 @@ class Connection(asyncio.Protocol):
         transport = self._transport
         for call in list(self.calls.values()):
             self._abandon(call)
-        transport.close()
+        self._shut(transport)
+
+    def _shut(self, transport: asyncio.Transport, *, linger: bool = False) -> None:
+        """End the connection once what is queued is written, aborting it after the grace.
+
+        A socket closed with bytes still unread in it answers with a reset, and a client
+        that gets the reset may drop what it had not read yet: the trailers just written.
+        So a connection ended in good order (``linger``) only shuts its sending side, where
+        the transport can; what the client sends meanwhile is read and dropped
+        (``closing``) until it closes its side too. A cut connection is closed at once.
+        """
+        if linger and transport.can_write_eof():
+            transport.write_eof()
+        else:
+            transport.close()
         asyncio.get_running_loop().call_later(self._limits.close_grace, transport.abort)
 
     def _abuse(self, reason: CutReason, flood: Bucket) -> None:

@@ -206,16 +206,29 @@ class Http2Transport:
             return
         self.port = None
         await self._listener.close()
+        connections = list(self._connections)
+        for connection in connections:
+            connection.drain()
         tasks = {
             call.task
-            for connection in self._connections
+            for connection in connections
             for call in connection.calls.values()
             if call.task is not None
         }
+        deadline = asyncio.get_running_loop().time() + STOP_GRACE
         if tasks:
             # The server has ended every stream: let the handlers send their trailers
-            # (status OK) before the connections go, so that clients see a clean end.
+            # (status OK) before the connections go, so that clients see a clean end...
             await asyncio.wait(tasks, timeout=STOP_GRACE)
+        lingering = [c for c in connections if c.draining and not c.closing]
+        remaining = deadline - asyncio.get_running_loop().time()
+        if lingering and remaining > 0:
+            # ...and let the clients close their side of those streams (see
+            # Connection.streams_closed), within what is left of the grace.
+            closed = [asyncio.ensure_future(c.streams_closed()) for c in lingering]
+            _, pending = await asyncio.wait(closed, timeout=remaining)
+            for waiter in pending:
+                waiter.cancel()
         for connection in list(self._connections):
             connection.close()
 
