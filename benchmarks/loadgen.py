@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -476,26 +477,43 @@ class ServerProcess:
         line = await self._expect("SNAPSHOT_SET", timeout)
         return float(line.split("mono=", 1)[1].split()[0])
 
-    def cpu_seconds(self) -> float:
+    def _pids(self) -> list[int]:
+        """The server's process and its live descendants (``xds_server.py --workers``)."""
         assert self.process is not None
-        with open(f"/proc/{self.process.pid}/stat") as handle:
-            fields = handle.read().rsplit(")", 1)[1].split()
-        ticks = os.sysconf("SC_CLK_TCK")
-        return (int(fields[11]) + int(fields[12])) / ticks
+        pids, at = [self.process.pid], 0
+        while at < len(pids):
+            pid = pids[at]
+            at += 1
+            with contextlib.suppress(OSError):
+                for task in os.listdir(f"/proc/{pid}/task"):
+                    with open(f"/proc/{pid}/task/{task}/children") as handle:
+                        pids += [int(child) for child in handle.read().split()]
+        return pids
+
+    def cpu_seconds(self) -> float:
+        """CPU seconds of the server's processes (summed)."""
+        ticks = 0
+        for pid in self._pids():
+            with contextlib.suppress(OSError), open(f"/proc/{pid}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+                ticks += int(fields[11]) + int(fields[12])
+        return ticks / os.sysconf("SC_CLK_TCK")
 
     def peak_rss_mb(self) -> float:
+        """Each server process's peak RSS, summed."""
         return self._status_mb("VmHWM:")
 
     def rss_mb(self) -> float:
         return self._status_mb("VmRSS:")
 
     def _status_mb(self, field: str) -> float:
-        assert self.process is not None
-        with open(f"/proc/{self.process.pid}/status") as handle:
-            for line in handle:
-                if line.startswith(field):
-                    return int(line.split()[1]) / 1024
-        return 0.0
+        total = 0
+        for pid in self._pids():
+            with contextlib.suppress(OSError), open(f"/proc/{pid}/status") as handle:
+                for line in handle:
+                    if line.startswith(field):
+                        total += int(line.split()[1])
+        return total / 1024
 
     async def stop(self) -> None:
         if self.process is None or self.process.returncode is not None:

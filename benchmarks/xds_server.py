@@ -17,6 +17,13 @@ port 8000 + version % 1000 (so a push changes every endpoint set and nothing els
 
 ``--diag DIR`` (for finding what grows in a soak; slow): every ``--diag-every`` pushes, a
 JSON report of what the process holds (see :class:`Diagnostics`).
+
+``--workers K`` serves from K processes on one port (SO_REUSEPORT, as ``xdscore serve
+--workers``; the kernel spreads connections over them): this one speaks the protocol and
+passes each push to every worker, printing ``SNAPSHOT_SET`` once all hold the version
+(``mono=`` the last of theirs). One process may hold only so many descriptors (20,000 on
+the benchmark machine), which bounds the streams one process can serve; ``--max-streams``
+sets each worker's ``ServerLimits.max_streams``.
 """
 
 from __future__ import annotations
@@ -25,6 +32,8 @@ import argparse
 import collections
 import gc
 import json
+import socket
+import subprocess
 import sys
 import time
 import tracemalloc
@@ -36,7 +45,7 @@ import anyio.to_thread
 
 from xdscore import LinearCache, MuxCache, Snapshot, SnapshotCache, XdsServer, same_for_all
 from xdscore import builders as b
-from xdscore.server import tune_collector
+from xdscore.server import ServerLimits, tune_collector
 from xdscore.transport import GrpclibTransport, Http2Transport
 from xdscore.wire._typeurls import ENDPOINT
 
@@ -196,17 +205,23 @@ async def serve(
     diag: Diagnostics | None = None,
     transport_name: str = "http2",
     tune_gc: bool = True,
+    max_streams: int | None = None,
+    reuse_port: bool = False,
 ) -> None:
     workload = Workload(clusters, endpoints_per_cluster)
     workload.push(clusters, endpoints_per_cluster, None)
+    limits = ServerLimits() if max_streams is None else ServerLimits(max_streams=max_streams)
     server = XdsServer(
-        workload.cache, control_plane_id="xdscore-bench", metrics=None if metrics else False
+        workload.cache,
+        control_plane_id="xdscore-bench",
+        metrics=None if metrics else False,
+        server_limits=limits,
     )
     if tune_gc:
         tune_collector()
     kind = Http2Transport if transport_name == "http2" else GrpclibTransport
     async with kind(server) as transport:
-        bound = await transport.start(host, port)
+        bound = await transport.start(host, port, reuse_port=reuse_port)
         print(f"LISTENING addr={host}:{bound}", flush=True)
         while line := await anyio.to_thread.run_sync(sys.stdin.readline):
             words = line.split()
@@ -227,6 +242,54 @@ async def serve(
                     f"mono={time.monotonic():.6f}",
                     flush=True,
                 )
+
+
+def supervise(host: str, port: int, workers: int, worker_args: list[str]) -> None:
+    """``--workers``: start the workers on one port, then relay the protocol to them."""
+    reserved = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    reserved.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    reserved.bind((host, port))  # never listens: it only holds the port for the workers
+    port = reserved.getsockname()[1]
+    command = [sys.executable, __file__, "--addr", f"{host}:{port}", "--reuse-port", *worker_args]
+    children = [
+        subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        for _ in range(workers)
+    ]
+
+    def expect(child: subprocess.Popen[str], word: str) -> str:
+        assert child.stdout is not None
+        while line := child.stdout.readline():
+            if line.startswith(word):
+                return line
+        raise SystemExit(f"a worker exited before printing {word}")
+
+    def tell(line: str) -> None:
+        for child in children:
+            assert child.stdin is not None
+            child.stdin.write(line)
+            child.stdin.flush()
+
+    try:
+        for child in children:
+            expect(child, "LISTENING")
+        print(f"LISTENING addr={host}:{port}", flush=True)
+        while line := sys.stdin.readline():
+            words = line.split()
+            if words and words[0] == "quit":
+                break
+            if words and words[0] == "push":
+                tell(line)
+                answers = [expect(child, "SNAPSHOT_SET") for child in children]
+                last = max(answers, key=lambda answer: float(answer.rsplit("mono=", 1)[1]))
+                print(last.strip(), flush=True)
+        tell("quit\n")
+        for child in children:
+            child.wait(10)
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+        reserved.close()
 
 
 def main() -> None:
@@ -254,8 +317,21 @@ def main() -> None:
         help="keep CPython's collector settings (xdscore serve tunes them: tune_collector)",
     )
     parser.add_argument("--diag-every", type=int, default=100, help="pushes between --diag reports")
+    parser.add_argument("--workers", type=int, default=1, help="server processes on one port")
+    parser.add_argument("--max-streams", type=int, help="each process's ServerLimits.max_streams")
+    parser.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     host, _, port = args.addr.rpartition(":")
+    if args.workers > 1:
+        if args.diag:
+            parser.error("--diag is for one process")
+        passed = ["--clusters", str(args.clusters), "--endpoints", str(args.endpoints)]
+        passed += ["--transport", args.transport]
+        passed += ["--no-metrics"] * args.no_metrics + ["--default-gc"] * args.default_gc
+        if args.max_streams is not None:
+            passed += ["--max-streams", str(args.max_streams)]
+        supervise(host, int(port), args.workers, passed)
+        return
     diag = Diagnostics(args.diag, args.diag_every) if args.diag else None
     anyio.run(
         serve,
@@ -267,6 +343,8 @@ def main() -> None:
         diag,
         args.transport,
         not args.default_gc,
+        args.max_streams,
+        args.reuse_port,
     )
 
 
