@@ -596,7 +596,53 @@ async def test_padded_headers_and_data() -> None:
         await peer.until(lambda p: _complete(p, stream), what="the response")
         assert len(sotw(peer.responses(stream)[0]).resources) == 3
         call = served.connection().calls[stream]
-        assert call.recv_window == STREAM_WINDOW, "the padding was not credited back"
+        # Every byte the client was charged, padding too, is either its window again or
+        # owed to it (credited once it is worth a frame: see the test below).
+        assert call._uncredited >= len(prefixed(cds_request())) + 100 + 1
+        assert call.recv_window + call._uncredited == STREAM_WINDOW
+
+
+async def test_small_requests_are_credited_once_worth_a_frame() -> None:
+    """Requests read from the stream are not credited back one WINDOW_UPDATE each (that
+    was half the writes of a stream's initial sync): the credit waits until half the
+    stream window is owed, and a client that keeps within its window never waits."""
+    async with serving() as served, client(served.port) as peer:
+        stream = await peer.open(ADS)
+        await peer.send_message(stream, cds_request())
+        await peer.until(lambda p: _complete(p, stream), what="the response")
+        for _ in range(5):
+            await peer.send_message(stream, cds_request(node_id=None))
+        await wait_until(lambda: served.recorder.requests == 6, what="six requests")
+        await peer.settle(0.1)
+        assert not [f for f in peer.of(WINDOW_UPDATE) if f.stream_id == stream]
+        call = served.connection().calls[stream]
+        assert call.recv_window + call._uncredited == STREAM_WINDOW
+        sent = len(prefixed(cds_request())) + 5 * len(prefixed(cds_request(node_id=None)))
+        assert call._uncredited == sent
+
+
+async def test_a_request_longer_than_the_window_arrives() -> None:
+    """A 3 MiB request on a stream whose window is 1 MiB: what is buffered of it is
+    credited while the handler waits for the rest, so all of it arrives."""
+    big = cds_request(version_info="v" * (3 * MiB))
+    limits = StreamLimits(max_request_bytes=4 * MiB)
+    async with serving(limits=limits) as served, client(served.port) as peer:
+        stream = await peer.open(ADS)
+        body = prefixed(big)
+        sent = 0
+        with anyio.fail_after(10):
+            while sent < len(body):
+                room = min(peer.h2.local_flow_control_window(stream), len(body) - sent)
+                step = peer.h2.max_outbound_frame_size
+                while room > 0:
+                    piece = body[sent : sent + min(room, step)]
+                    peer.h2.send_data(stream, piece)
+                    sent += len(piece)
+                    room -= len(piece)
+                await peer.flush()
+                await peer.settle(0.02)
+            await wait_until(lambda: served.recorder.requests == 1, what="the request")
+        assert [f.stream_id for f in peer.of(WINDOW_UPDATE) if f.stream_id == stream]
 
 
 def _frames_of(data: bytes) -> list[Frame]:

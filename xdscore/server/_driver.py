@@ -554,6 +554,8 @@ class ServerDriver(Generic[_Request, _Response]):
         """Whether ``events`` are only the ACKs or NACKs of heartbeats: nothing to answer at
         once (such a request must not push a burst of changes before it settles)."""
         nonces = self._beat_nonces
+        if not nonces:
+            return False
         answered = [e.nonce for e in events if isinstance(e, ResponseAcked | ResponseNacked)]
         if not answered or len(answered) != len(events):
             nonces.difference_update(answered)

@@ -28,7 +28,7 @@ import logging
 import struct
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from hpack.exceptions import HPACKError
 
@@ -193,8 +193,10 @@ class Call:
                 return None
             # Waiting: whatever is buffered is part of the message being read, within the
             # limit, so it is credited back now (else a message longer than the window
-            # could never arrive).
-            if self._uncredited:
+            # could never arrive). With nothing buffered, the client still has at least
+            # half the window for its next message, and the credit waits to be worth a
+            # frame (one WINDOW_UPDATE per request was half of what a stream's sync sent).
+            if self._uncredited and (buffer or self._uncredited >= STREAM_WINDOW // 2):
                 self._credit()
             self._readable = asyncio.get_running_loop().create_future()
             try:
@@ -395,6 +397,8 @@ class Connection(asyncio.Protocol):
         self._last_stream = 0
         self._out: list[bytes | memoryview] = []
         self._flush_scheduled = False
+        self._receiving = False
+        """Inside :meth:`data_received`, which schedules the flush when it is done."""
         self.paused = False
         self._drained: asyncio.Future[None] | None = None
         self.closing = False
@@ -418,8 +422,8 @@ class Connection(asyncio.Protocol):
     # -- asyncio.Protocol -------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # A stream transport (uvloop's are not subclasses of asyncio's).
+        self._transport = cast(asyncio.Transport, transport)
         self._opened = time.monotonic()
         address = transport.get_extra_info("peername")
         if address:
@@ -439,12 +443,20 @@ class Connection(asyncio.Protocol):
             return
         buffer = self._buffer
         buffer += data
+        self._receiving = True
         try:
             if self._preface or self._read_preface():
                 self._frames()
         except _ConnectionError as error:
             log.debug("HTTP/2 protocol error from %s: %s", self.peer, error)
             self._close(error.code, str(error).encode())
+        finally:
+            self._receiving = False
+            if self._out and not self._flush_scheduled:
+                # After the tasks this read woke: what they answer at once goes in the
+                # same write as the frames this read queued (a SETTINGS ACK, credit).
+                self._flush_scheduled = True
+                asyncio.get_running_loop().call_soon(self.flush)
 
     def _read_preface(self) -> bool:
         buffer = self._buffer
@@ -751,7 +763,7 @@ class Connection(asyncio.Protocol):
         if self.closing:
             return
         self._out.extend(chunks)
-        if not self._flush_scheduled:
+        if not self._flush_scheduled and not self._receiving:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self.flush)
 
