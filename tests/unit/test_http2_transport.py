@@ -602,6 +602,19 @@ async def test_padded_headers_and_data() -> None:
         assert call.recv_window + call._uncredited == STREAM_WINDOW
 
 
+async def send_within_window(peer: Peer, stream: int, body: bytes, sent: int) -> int:
+    """Send as much of ``body`` from ``sent`` on as the windows allow; where it got to."""
+    room = min(peer.h2.local_flow_control_window(stream), len(body) - sent)
+    step = peer.h2.max_outbound_frame_size
+    while room > 0:
+        piece = body[sent : sent + min(room, step)]
+        peer.h2.send_data(stream, piece)
+        sent += len(piece)
+        room -= len(piece)
+    await peer.flush()
+    return sent
+
+
 async def test_small_requests_are_credited_once_worth_a_frame() -> None:
     """Requests read from the stream are not credited back one WINDOW_UPDATE each (that
     was half the writes of a stream's initial sync): the credit waits until half the
@@ -632,14 +645,7 @@ async def test_a_request_longer_than_the_window_arrives() -> None:
         sent = 0
         with anyio.fail_after(10):
             while sent < len(body):
-                room = min(peer.h2.local_flow_control_window(stream), len(body) - sent)
-                step = peer.h2.max_outbound_frame_size
-                while room > 0:
-                    piece = body[sent : sent + min(room, step)]
-                    peer.h2.send_data(stream, piece)
-                    sent += len(piece)
-                    room -= len(piece)
-                await peer.flush()
+                sent = await send_within_window(peer, stream, body, sent)
                 await peer.settle(0.02)
             await wait_until(lambda: served.recorder.requests == 1, what="the request")
         assert [f.stream_id for f in peer.of(WINDOW_UPDATE) if f.stream_id == stream]
@@ -1000,14 +1006,7 @@ async def test_twenty_megabytes_on_one_stream_never_buffer_more_than_its_window(
 
         async def push() -> None:
             nonlocal sent
-            room = min(peer.h2.local_flow_control_window(stream), len(body) - sent)
-            step = peer.h2.max_outbound_frame_size
-            while room > 0:
-                piece = body[sent : sent + min(room, step)]
-                peer.h2.send_data(stream, piece)
-                sent += len(piece)
-                room -= len(piece)
-            await peer.flush()
+            sent = await send_within_window(peer, stream, body, sent)
 
         await peer.until(lambda p: len(p.of(SETTINGS)) == 2, what="SETTINGS and its ACK")
         await push()
