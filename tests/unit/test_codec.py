@@ -8,6 +8,8 @@ from envoy.config.core.v3 import base_pb2
 from envoy.service.discovery.v3 import discovery_pb2
 from google.protobuf import json_format
 from google.protobuf.internal import encoder
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from xdscore import (
     CLUSTER,
@@ -264,6 +266,55 @@ def test_request_round_trip() -> None:
     assert decoded.node.locality == Locality(region="eu", zone="eu-1a", sub_zone="rack-3")
     assert decoded.node.metadata == {"team": "core", "replicas": 3.0, "nested": {"on": True}}
     assert decoded.node.supports("xds.config.x")
+
+
+def _runtime_request(request: DiscoveryRequest) -> bytes:
+    message = discovery_pb2.DiscoveryRequest(
+        type_url=request.type_url,
+        version_info=request.version_info,
+        resource_names=list(request.resource_names),
+        response_nonce=request.response_nonce,
+    )
+    if request.node is not None:
+        message.node.ParseFromString(request.node.raw)
+    if request.error_detail is not None:
+        message.error_detail.code = request.error_detail.code
+        message.error_detail.message = request.error_detail.message
+    data: bytes = message.SerializeToString()
+    return data
+
+
+_TEXT = st.text(max_size=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    version=_TEXT,
+    names=st.lists(_TEXT, max_size=6),
+    type_url=st.sampled_from(["", CLUSTER, ENDPOINT]),
+    nonce=_TEXT,
+    error=st.none() | st.tuples(st.integers(-(2**31), 2**31 - 1), _TEXT),
+    with_node=st.booleans(),
+)
+def test_request_encoding_is_the_runtimes(
+    version: str,
+    names: list[str],
+    type_url: str,
+    nonce: str,
+    error: tuple[int, str] | None,
+    with_node: bool,
+) -> None:
+    """The hand-framed request is byte for byte what the protobuf runtime writes, empty
+    names, empty strings, negative codes and empty messages included."""
+    request = DiscoveryRequest(
+        type_url=type_url,
+        version_info=version,
+        resource_names=tuple(names),
+        response_nonce=nonce,
+        error_detail=None if error is None else ErrorDetail(code=error[0], message=error[1]),
+        node=_node() if with_node else None,
+    )
+    assert encode_request(request) == _runtime_request(request)
 
 
 def test_request_round_trip_minimal() -> None:

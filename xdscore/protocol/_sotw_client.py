@@ -171,11 +171,13 @@ class SotwClient:
         else:
             resources = {**state.resources, **wanted}
         errors = _errors(state, response, resources, full_state)
-        state = attrs.evolve(state, resources=resources, errors=errors)
         if invalid:
+            state = attrs.evolve(state, resources=resources, errors=errors)
             return self._reject(state, response, "; ".join(invalid.values()))
         state = attrs.evolve(
             state,
+            resources=resources,
+            errors=errors,
             version_info=response.version_info,
             nonce=response.nonce,
             last_error=None,

@@ -6,12 +6,14 @@ the server.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from envoy.service.discovery.v3 import discovery_pb2
 from google.protobuf.message import DecodeError
 
 from .._errors import RemoteProtocolError
+from ._framing import bytes_field, string_field, varint
 from ._node import encode_node
 from ._reader import WireError, name_field
 from ._records import (
@@ -32,21 +34,34 @@ __all__ = [
 
 
 def encode_request(request: DiscoveryRequest) -> bytes:
-    """Serialise a SotW request (the client side of the codec)."""
-    message = discovery_pb2.DiscoveryRequest(
-        type_url=request.type_url,
-        version_info=request.version_info,
-        resource_names=list(request.resource_names),
-        response_nonce=request.response_nonce,
-    )
+    """Serialise a SotW request (the client side of the codec), its fields in the order the
+    protobuf runtime writes them; a list of names is encoded once for all the requests
+    (and clients) that send it."""
     node = encode_node(request.node)
-    if node is not None:
-        message.node.CopyFrom(node)
-    if request.error_detail is not None:
-        message.error_detail.code = request.error_detail.code
-        message.error_detail.message = request.error_detail.message
-    data: bytes = message.SerializeToString()
-    return data
+    error = request.error_detail
+    return b"".join(
+        (
+            string_field(1, request.version_info),
+            b"" if node is None else bytes_field(2, node.SerializeToString()),
+            _names_field(request.resource_names),
+            string_field(4, request.type_url),
+            string_field(5, request.response_nonce),
+            b"" if error is None else bytes_field(6, _status(error.code, error.message)),
+        )
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def _names_field(names: tuple[str, ...]) -> bytes:
+    """``resource_names`` (field 3), an empty name included, as repeated fields are."""
+    return b"".join([bytes_field(3, name.encode()) for name in names])
+
+
+def _status(code: int, message: str) -> bytes:
+    """A ``google.rpc.Status``: ``code`` an int32 (negative ones take ten bytes, as in
+    protobuf), then ``message``."""
+    number = b"" if not code else b"\x08" + varint(code & 0xFFFFFFFFFFFFFFFF)
+    return number + string_field(2, message)
 
 
 def encode_delta_request(request: DeltaDiscoveryRequest) -> bytes:
