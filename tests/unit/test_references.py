@@ -296,3 +296,16 @@ def test_references_are_sorted_and_deduplicated() -> None:
 def test_resource_references_property_uses_the_same_analysis() -> None:
     resource = make_resource(http_listener("l", 10000, "r9"))
     assert [(ref.type_url, ref.name) for ref in resource.references] == [(ROUTE, "r9")]
+
+
+# --- references to types sent before ----------------------------------------------------------
+
+
+def test_earlier_references_are_those_to_lower_ranks() -> None:
+    """A route configuration's clusters are sent before it (make-before-break may hold it
+    back for them); a cluster's endpoints after it (it warms on them instead)."""
+    route = make_resource(route_configuration("routes-1", [("/", "c1")]))
+    assert {(r.type_url, r.name) for r in route.earlier_references} == {(CLUSTER, "c1")}
+    cluster = make_resource(eds_cluster("c1"))
+    assert {(r.type_url, r.name) for r in cluster.references} == {(ENDPOINT, "c1")}
+    assert cluster.earlier_references == ()

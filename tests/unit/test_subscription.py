@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from xdscore.protocol import WILDCARD, Subscription
 
@@ -29,6 +31,26 @@ def test_wants_and_empty() -> None:
     both = Subscription(names("a"), wildcard=True)
     assert both.wants("a")
     assert both.wants("b")
+
+
+_GLOB = "xdstp://auth/envoy.config.endpoint.v3.ClusterLoadAssignment/pool/*"
+_MEMBER = "xdstp://auth/envoy.config.endpoint.v3.ClusterLoadAssignment/pool/a"
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    subscribed=st.frozensets(st.sampled_from(["a", "b", "c", _GLOB])),
+    wildcard=st.booleans(),
+    implied=st.frozensets(st.sampled_from([_GLOB.removesuffix("/*") + "/x/*"])),
+    asked=st.lists(st.sampled_from(["a", "b", "d", _GLOB, _MEMBER, ""]), max_size=6),
+)
+def test_wanted_is_wants_over_a_collection(
+    subscribed: frozenset[str], wildcard: bool, implied: frozenset[str], asked: list[str]
+) -> None:
+    """``wanted`` (one set operation where it can) picks exactly the names ``wants`` does,
+    globs and implied collections included."""
+    subscription = Subscription(subscribed, wildcard=wildcard, implied=implied)
+    assert subscription.wanted(asked) == frozenset(n for n in asked if subscription.wants(n))
 
 
 def test_legacy_and_explicit_wildcard_are_different_subscriptions() -> None:

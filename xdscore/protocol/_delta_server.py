@@ -68,7 +68,7 @@ from __future__ import annotations
 
 import operator
 import weakref
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, TypeVar
 
@@ -103,8 +103,8 @@ _Answer = tuple[
     tuple[Resource, ...],
 ]
 """Resources due and names to remove, in name order; resources found held; why names are
-absent; the resources due that are new or changed for the client (see
-``DeltaServer._answer``)."""
+absent; the resources due, new or changed for the client, that refer to types sent before
+theirs: the only ones make-before-break may hold back (see ``DeltaServer._answer``)."""
 _ANSWERS: SharedWork[_Answer] = SharedWork(16)
 """What streams in the same state are due (see :mod:`._shared`)."""
 _Applied = tuple["_Holdings[str]", "_Holdings[Resource]", "_Holdings[str]"]
@@ -315,7 +315,7 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
             if not held_versions:
                 owed |= self._namespaces
         warm = self._warming.pop(info.type_url, _EMPTY)
-        owed |= frozenset(name for name in warm if subscription.wants(name))
+        owed |= subscription.wanted(warm)
         events.append(
             SubscriptionChanged(type_url=info.type_url, previous=None, subscription=subscription)
         )
@@ -376,7 +376,7 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
             state = attrs.evolve(state, held={**state.held, **recognised})
             self._types[type_url] = state
         deferred: frozenset[str] = _EMPTY
-        if self._ordered and (removed or any(r.references for r in changed)):
+        if self._ordered and (removed or changed):
             decided = plan(type_url, changed, removed, self.holdings(), view)
             deferred = decided.deferred
             if deferred:
@@ -459,8 +459,13 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
             tuple(sorted(name for name in removed if name not in due)),
             recognised,
             absent,
-            # What make-before-break looks at: what is new or changed for the client.
-            tuple(r for r in sending if held_versions.get(r.name) != r.version),
+            # What make-before-break looks at: what is new or changed for the client and
+            # refers to something sent before it (worked out once for streams that share this).
+            tuple(
+                r
+                for r in sending
+                if r.earlier_references and held_versions.get(r.name) != r.version
+            ),
         )
 
     def _send(
@@ -576,7 +581,7 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
             synced=None,
         )
 
-    def _owe_warming(self, type_url: str, sent: Iterable[Resource]) -> None:
+    def _owe_warming(self, type_url: str, sent: Sequence[Resource]) -> None:
         warm = warming(type_url, sent)
         if warm is None:
             return
@@ -587,11 +592,7 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
             self._warming[target] = self._warming.get(target, _EMPTY) | names
             return
         # A rejected version is not pushed again for warming: the next different one will be.
-        owed = frozenset(
-            name
-            for name in names
-            if waiting.subscription.wants(name) and name not in waiting.rejected_versions
-        )
+        owed = waiting.subscription.wanted(names).difference(waiting.rejected_versions)
         if owed:
             self._types[target] = attrs.evolve(waiting, owed=waiting.owed | owed)
 

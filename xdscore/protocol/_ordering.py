@@ -33,7 +33,7 @@ per type, and ask :func:`plan` about what is due; the planner never calls back i
 
 from __future__ import annotations
 
-from collections.abc import Collection, Container, Iterable, Iterator, Mapping
+from collections.abc import Collection, Container, Iterable, Iterator, Mapping, Sequence
 from types import MappingProxyType
 
 import attrs
@@ -108,7 +108,7 @@ def plan(
     view: ResourceView,
 ) -> Plan:
     """Which of ``changed`` (new or changed for the client) and ``removals`` must wait."""
-    wait = frozenset(r.name for r in changed if blocked(r, holdings, view))
+    wait = frozenset(r.name for r in changed if r.earlier_references and blocked(r, holdings, view))
     keep: frozenset[str] = frozenset()
     if removals:
         kept = referenced(holdings.values())
@@ -124,12 +124,8 @@ def _rank(type_url: str) -> int:
 
 def blocked(resource: Resource, holdings: Holdings, view: ResourceView) -> bool:
     """True while sending ``resource`` could point the client at something it lacks."""
-    refs = resource.references
-    if not refs:
-        return False
-    rank = _rank(resource.type_url)
-    for ref in refs:
-        if _rank(ref.type_url) >= rank or not _exists(view, ref.type_url, ref.name):
+    for ref in resource.earlier_references:
+        if not _exists(view, ref.type_url, ref.name):
             continue
         holding = holdings.get(ref.type_url)
         if holding is None or not holding.subscription.wants(ref.name):
@@ -166,13 +162,24 @@ def referenced(holdings: Iterable[Holding]) -> set[tuple[str, str]]:
     return found
 
 
-def warming(type_url: str, sent: Iterable[Resource]) -> tuple[str, frozenset[str]] | None:
+def warming(type_url: str, sent: Sequence[Resource]) -> tuple[str, frozenset[str]] | None:
     """After ``sent`` of ``type_url`` went out: the type they warm on and the names they
-    wait for there (a cluster's endpoints), which the server answers again; else ``None``."""
+    wait for there (a cluster's endpoints), which the server answers again; else ``None``.
+
+    Streams that were sent the same response (the very same ``sent``) get the answer
+    worked out for the first of them: the last one is kept per type, holding that one
+    ``sent``."""
     target = type_info(type_url).warms_on
     if target is None:
         return None
+    last = _LAST_WARMING.get(type_url)
+    if last is not None and last[0] is sent:
+        return target, last[1]
     names = frozenset(
         ref.name for resource in sent for ref in resource.references if ref.type_url == target
     )
+    _LAST_WARMING[type_url] = (sent, names)
     return target, names
+
+
+_LAST_WARMING: dict[str, tuple[Sequence[Resource], frozenset[str]]] = {}

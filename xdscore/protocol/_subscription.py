@@ -63,6 +63,14 @@ class Subscription:
             or (bool(self.collections) and collection_of(name) in self.collections)
         )
 
+    def wanted(self, names: Iterable[str]) -> frozenset[str]:
+        """The members of ``names`` that belong to this subscription (see :meth:`wants`)."""
+        if self.wildcard:
+            return frozenset(names)
+        if not self.collections:
+            return self.names.intersection(names)
+        return frozenset(name for name in names if self.wants(name))
+
     @property
     def empty(self) -> bool:
         """True when the client wants nothing of this type."""

@@ -18,7 +18,6 @@ import attrs
 from ..wire._framing import string_field
 from ..wire._names import collection_of
 from ..wire._resource import VERSION_BYTES, Resource
-from ..wire._typeurls import type_info
 from ._subscription import Subscription
 
 __all__ = ["ResourceView", "Selection"]
@@ -60,11 +59,7 @@ class Selection:
     @functools.cached_property
     def has_lower_references(self) -> bool:
         """Whether any resource refers to a type sent before its own (see ``_ordering``)."""
-        for resource in self.resources.values():
-            rank = type_info(resource.type_url).rank
-            if any(type_info(ref.type_url).rank < rank for ref in resource.references):
-                return True
-        return False
+        return any(resource.earlier_references for resource in self.resources.values())
 
     @functools.cached_property
     def collections(self) -> Mapping[str, tuple[str, ...]]:

@@ -18,6 +18,7 @@ import attrs
 from ._framing import bytes_field, string_field, varint
 from ._names import canonical_name
 from ._references import Reference, references, vhds_namespace
+from ._typeurls import type_info
 
 __all__ = ["RESOURCE_WRAPPER", "VERSION_BYTES", "Resource", "content_version"]
 
@@ -85,6 +86,13 @@ class Resource:
     def references(self) -> tuple[Reference, ...]:
         """The resources this one refers to by name (see :mod:`xdscore.wire._references`)."""
         return references(self.type_url, self.body)
+
+    @functools.cached_property
+    def earlier_references(self) -> tuple[Reference, ...]:
+        """The references to types a client is sent before this one's (of a lower
+        ``rank``): the only ones that can hold this one back."""
+        rank = type_info(self.type_url).rank
+        return tuple(ref for ref in self.references if type_info(ref.type_url).rank < rank)
 
     @functools.cached_property
     def vhds_namespace(self) -> str | None:
