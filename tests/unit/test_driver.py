@@ -32,6 +32,7 @@ from xdscore import (
 from xdscore import builders as b
 from xdscore.protocol import DeltaClient, DiscoveryRequest, SotwClient, SotwResponse
 from xdscore.server import ClientDriver
+from xdscore.server._driver import _hook
 from xdscore.testing import MemoryByteStream, byte_stream_pair
 from xdscore.wire import decode_response, encode_request, make_node
 
@@ -271,3 +272,24 @@ async def test_a_client_closing_its_side_still_gets_pushes_until_it_leaves() -> 
         await until(lambda: bool(r.outcome), lambda: r.recorder.changed)
         assert r.outcome == [None]
         assert r.recorder.closed == [(1, None)]
+
+
+def test_only_the_callbacks_a_subclass_or_instance_defines_are_called() -> None:
+    """The driver skips ServerCallbacks' own (empty) methods, and calls what a subclass
+    overrides or an instance was given."""
+
+    class OnAck(ServerCallbacks):
+        def on_ack(self, stream: StreamInfo, event: object) -> None:
+            pass
+
+    base, subclass = ServerCallbacks(), OnAck()
+    assert _hook(base, "on_ack") is None
+    assert _hook(subclass, "on_request") is None
+    assert _hook(subclass, "on_ack") == subclass.on_ack
+    seen: list[object] = []
+    patched = ServerCallbacks()
+    patched.on_request = lambda stream, request: seen.append(request)  # type: ignore[method-assign]
+    hook = _hook(patched, "on_request")
+    assert hook is not None
+    hook(None, "a request")
+    assert seen == ["a request"]

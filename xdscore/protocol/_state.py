@@ -100,6 +100,10 @@ class Phase(enum.Enum):
     ACKED = "acked"
     NACKED = "nacked"
 
+    # Members are singletons compared by identity: hashing them so too spares the Python
+    # call Enum's hash costs on every transition lookup (every request, every response).
+    __hash__ = object.__hash__
+
 
 class Input(enum.Enum):
     """What a request (or the server's own response) is to one type's phase."""
@@ -111,6 +115,8 @@ class Input(enum.Enum):
     ECHO = "echo"
     DUPLICATE = "duplicate"
     RESPOND = "respond"
+
+    __hash__ = object.__hash__  # as Phase's
 
 
 class Effect(enum.Enum):

@@ -312,7 +312,11 @@ class ServerDriver(Generic[_Request, _Response]):
         self._codec = codec
         self._stream = stream
         self._cache = cache
-        self._callbacks = callbacks
+        self._on_request = _hook(callbacks, "on_request")
+        self._on_event = _hook(callbacks, "on_event")
+        self._on_ack = _hook(callbacks, "on_ack")
+        self._on_nack = _hook(callbacks, "on_nack")
+        self._on_response = _hook(callbacks, "on_response")
         self._limit = max_request_bytes
         self._control_plane = control_plane_id
         self._metrics = metrics
@@ -390,7 +394,7 @@ class ServerDriver(Generic[_Request, _Response]):
     def _check_synced(self) -> None:
         """Whether the client has now answered a response of every type it asked for."""
         states = self.machine.type_states()
-        if states and all(s.phase in (Phase.ACKED, Phase.NACKED) for s in states.values()):
+        if states and {s.phase for s in states.values()} <= _SETTLED:
             self.synced = True
             if self._on_synced is not None:
                 self._on_synced()
@@ -434,7 +438,8 @@ class ServerDriver(Generic[_Request, _Response]):
 
     async def _apply(self, data: bytes) -> None:
         request = self._codec.decode(checked(data, self._limit, "request"))
-        call_back(self._callbacks.on_request, self.info, request)
+        if self._on_request is not None:
+            call_back(self._on_request, self.info, request)
         if self._catch_up is not None:
             await self._wait_for_store(request)
         events = self.machine.receive(request)
@@ -736,7 +741,8 @@ class ServerDriver(Generic[_Request, _Response]):
             if beats:
                 metrics.heartbeats(type_url).inc()
                 metrics.heartbeat_resources(type_url).inc(beats)
-        call_back(self._callbacks.on_response, self.info, response)
+        if self._on_response is not None:
+            call_back(self._on_response, self.info, response)
 
     def _follow_change(self, changed: float | None, sent: set[str]) -> None:
         """Remember, for convergence, which types may still owe a cache change."""
@@ -799,11 +805,13 @@ class ServerDriver(Generic[_Request, _Response]):
             self._records_for(event.type_url)
 
     def _dispatch(self, event: Event) -> None:
-        call_back(self._callbacks.on_event, self.info, event)
+        if self._on_event is not None:
+            call_back(self._on_event, self.info, event)
         if isinstance(event, ResponseAcked):
-            call_back(self._callbacks.on_ack, self.info, event)
-        elif isinstance(event, ResponseNacked):
-            call_back(self._callbacks.on_nack, self.info, event)
+            if self._on_ack is not None:
+                call_back(self._on_ack, self.info, event)
+        elif isinstance(event, ResponseNacked) and self._on_nack is not None:
+            call_back(self._on_nack, self.info, event)
 
 
 @attrs.frozen
@@ -898,6 +906,19 @@ def _feature_names(features: ClientFeatures | None) -> str:
         name for name in ("ttl", "resource_in_sotw", "resource_errors") if getattr(features, name)
     ]
     return ",".join(names) or "-"
+
+
+_SETTLED = frozenset((Phase.ACKED, Phase.NACKED))
+"""The phases of a type whose client answered what it was sent."""
+
+
+def _hook(callbacks: ServerCallbacks, name: str) -> Callable[..., None] | None:
+    """``callbacks``' method ``name``, or ``None`` where it is :class:`ServerCallbacks`'
+    own, which does nothing (not calling it saves a call per request and per event)."""
+    method: Callable[..., None] = getattr(callbacks, name)
+    if getattr(method, "__func__", None) is getattr(ServerCallbacks, name):
+        return None
+    return method
 
 
 def call_back(method: Callable[..., None], *args: Any) -> None:
