@@ -21,6 +21,7 @@ from ._records import (
     DeltaDiscoveryResponse,
     DiscoveryRequest,
     DiscoveryResponse,
+    Node,
     ResourceError,
 )
 from ._resource import RESOURCE_WRAPPER, Resource
@@ -37,12 +38,12 @@ def encode_request(request: DiscoveryRequest) -> bytes:
     """Serialise a SotW request (the client side of the codec), its fields in the order the
     protobuf runtime writes them; a list of names is encoded once for all the requests
     (and clients) that send it."""
-    node = encode_node(request.node)
+    node = request.node
     error = request.error_detail
     return b"".join(
         (
             string_field(1, request.version_info),
-            b"" if node is None else bytes_field(2, node.SerializeToString()),
+            b"" if node is None else bytes_field(2, node.raw or _node_bytes(node)),
             _names_field(request.resource_names),
             string_field(4, request.type_url),
             string_field(5, request.response_nonce),
@@ -55,6 +56,14 @@ def encode_request(request: DiscoveryRequest) -> bytes:
 def _names_field(names: tuple[str, ...]) -> bytes:
     """``resource_names`` (field 3), an empty name included, as repeated fields are."""
     return b"".join([bytes_field(3, name.encode()) for name in names])
+
+
+def _node_bytes(node: Node) -> bytes:
+    """A node built without its bytes, encoded."""
+    message = encode_node(node)
+    assert message is not None
+    data: bytes = message.SerializeToString(deterministic=True)
+    return data
 
 
 def _status(code: int, message: str) -> bytes:
