@@ -96,7 +96,7 @@ async def test_every_stream_is_recycled_within_its_age_and_the_rate() -> None:
     busiest = busiest_second(ended)
     assert busiest <= FRACTION * STREAMS, f"{busiest} streams ended within one second"
     assert plane.server.metrics is not None
-    recycled = plane.server.metrics.rebalanced_streams._value.get()
+    recycled = plane.server.metrics.registry.get_sample_value("xdscore_rebalanced_streams_total")
     assert recycled >= STREAMS
     print(
         f"{STREAMS} streams recycled in {recycled_by:.2f} s (bound {bound:.1f} s); "

@@ -43,7 +43,7 @@ async def test_traffic_flows_while_envoys_stream_is_recycled(delta: bool) -> Non
                 stats = await envoy.stats()
                 log = envoy.log
     assert server.metrics is not None
-    recycled = server.metrics.rebalanced_streams._value.get()
+    recycled = server.metrics.registry.get_sample_value("xdscore_rebalanced_streams_total")
     assert recycled >= RECYCLES
     # Envoy reconnected each time: one stream open per recycle, plus the current one.
     assert len(recorder.opened()) >= RECYCLES + 1

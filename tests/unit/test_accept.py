@@ -19,8 +19,15 @@ from ..fault._clients import eventually
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(20)]
 
 
+CLIENT_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+"""The client's connection preface and an empty SETTINGS frame."""
+
+
 async def connect(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    return await asyncio.open_connection("127.0.0.1", port)
+    """A connection that has sent its preface (the server answers it with its own)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(CLIENT_PREFACE)
+    return reader, writer
 
 
 async def server_speaks(reader: asyncio.StreamReader, within: float = 5.0) -> bool:

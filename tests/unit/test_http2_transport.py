@@ -229,6 +229,29 @@ async def test_connection_setup_frames() -> None:
         assert served.connection().peer_window == 5000
 
 
+async def test_the_server_speaks_once_the_client_has(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server's SETTINGS wait for the client's preface (which a client sends without
+    waiting for the server's) and go out in one write with the answer to it: a write, and a
+    wake-up of the client, fewer per connection."""
+    async with serving() as served, client(served.port, use_h2=False) as peer:
+        await peer.settle(0.3)
+        assert peer.frames == []
+        transport = served.connection()._transport
+        assert transport is not None
+        writes: list[int] = []
+        write = transport.write
+
+        def counted(data: bytes | bytearray | memoryview) -> None:
+            writes.append(len(data))
+            write(data)
+
+        monkeypatch.setattr(transport, "write", counted)
+        await peer.send(PREFACE, settings_frame())
+        await peer.until(lambda p: len(p.of(SETTINGS)) == 2, what="SETTINGS and its ACK")
+        assert [f.kind for f in peer.frames] == [SETTINGS, WINDOW_UPDATE, SETTINGS]
+        assert len(writes) == 1
+
+
 async def test_ping_is_answered_with_its_bytes() -> None:
     async with serving() as served, raw_client(served.port) as peer:
         await peer.send(frame(PING, 0, 0, b"xdscore!"))

@@ -436,7 +436,9 @@ class Connection(asyncio.Protocol):
             Setting.MAX_HEADER_LIST_SIZE: MAX_HEADER_BLOCK,
         }
         self._recv_window = CONNECTION_WINDOW
-        self.queue(settings(ours), window_update(0, CONNECTION_WINDOW - DEFAULT_WINDOW))
+        # Not flushed yet: it goes out with the answer to the client's preface, which a
+        # client sends without waiting for the server's (one write and one wake-up fewer).
+        self._out += (settings(ours), window_update(0, CONNECTION_WINDOW - DEFAULT_WINDOW))
 
     def data_received(self, data: bytes) -> None:
         if self.closing:
