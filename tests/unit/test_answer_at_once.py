@@ -207,7 +207,7 @@ async def test_established_pushes_take_free_slots_after_one_yield() -> None:
     assert (slots.in_use, slots.waiting) == (0, 0)
 
 
-async def test_syncing_streams_hold_their_slot_across_the_yield_and_queue_behind() -> None:
+async def test_syncing_streams_keep_their_slot_to_the_turn_end_and_queue_behind() -> None:
     slots = PushSlots(1)
     order: list[str] = []
     release = anyio.Event()
@@ -216,7 +216,7 @@ async def test_syncing_streams_hold_their_slot_across_the_yield_and_queue_behind
         await slots.acquire(syncing=True)
         order.append(name)
         await release.wait()
-        slots.release()
+        slots.release(at_turn_end=True)
 
     async def established() -> None:
         await slots.acquire(syncing=False)
@@ -233,6 +233,44 @@ async def test_syncing_streams_hold_their_slot_across_the_yield_and_queue_behind
                 await anyio.lowlevel.checkpoint()
             release.set()
     assert order == ["s1", "established", "s2"]
+
+
+async def test_a_loop_turn_runs_at_most_capacity_syncs() -> None:
+    slots = PushSlots(2)
+    assert slots.try_acquire(syncing=True)
+    slots.release(at_turn_end=True)
+    assert slots.try_acquire(syncing=True)
+    slots.release(at_turn_end=True)
+    # Both syncs of this turn gave their slots back, but not before the turn ends.
+    assert not slots.try_acquire(syncing=True)
+    assert slots.in_use == 2
+    await anyio.lowlevel.checkpoint()
+    assert slots.in_use == 0
+    assert slots.try_acquire(syncing=True)
+    slots.release()  # an established push's slot comes back at once
+    assert slots.in_use == 0
+
+
+async def test_a_slot_given_back_at_the_turn_end_goes_to_a_waiter() -> None:
+    slots = PushSlots(1)
+    assert slots.try_acquire(syncing=True)
+    granted: list[str] = []
+
+    async def wait(name: str, syncing: bool) -> None:
+        await slots.acquire(syncing=syncing)
+        granted.append(name)
+        slots.release(at_turn_end=syncing)
+
+    with anyio.fail_after(DEADLINE):
+        async with anyio.create_task_group() as group:
+            group.start_soon(wait, "sync", True)
+            group.start_soon(wait, "established", False)
+            while slots.waiting < 2:
+                await anyio.lowlevel.checkpoint()
+            slots.release(at_turn_end=True)
+            assert granted == []  # not within the turn
+    assert granted == ["established", "sync"]
+    assert (slots.in_use, slots.waiting) == (0, 0)
 
 
 async def test_try_acquire_never_waits_and_respects_who_goes_first() -> None:

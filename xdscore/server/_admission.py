@@ -13,13 +13,15 @@ behind them. Three mechanisms, all in the runtime:
   waiting established stream always goes before a stream still in its initial sync, so a
   storm of new streams cannot starve proxies that are already connected. A stream gives its
   slot back before a write that would wait for the client to read, so a client that stops
-  reading never holds one.
+  reading never holds one; a syncing stream's slot comes back at the end of the loop turn,
+  so a turn runs at most ``push_concurrency`` syncs.
 * **Deadlines.** A stream whose first request does not come within
   ``first_request_timeout`` is ended (DEADLINE_EXCEEDED); it holds a stream slot until then.
 """
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
 from collections import deque
@@ -140,16 +142,27 @@ def refusal(message: str, retry_after: float) -> RemoteProtocolError:
 
 
 class PushSlots:
-    """``capacity`` slots for pushes; established streams are served before syncing ones."""
+    """``capacity`` slots for pushes; established streams are served before syncing ones.
+
+    A syncing stream's slot stays taken until the end of the event loop's turn
+    (``release(at_turn_end=True)``), and comes back then with every other slot syncs gave
+    back in that turn, in one callback: once every slot is taken, the syncs that come
+    meanwhile queue behind established pushes, so a turn runs at most ``capacity`` of a
+    reconnect storm's syncs and an established push waits behind no more. (Holding the slot
+    across a yield did the same at the cost of a task switch per sync.) On an event loop
+    other than asyncio's, the slot comes back at once.
+    """
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self._free = capacity
         self._waiting: tuple[deque[Wakeup], deque[Wakeup]] = (deque(), deque())
+        self._held_over = 0
+        """Slots given back in this loop turn, to be released at its end."""
 
     @property
     def in_use(self) -> int:
-        """Slots held now."""
+        """Slots held now (those given back for the end of the turn included)."""
         return self.capacity - self._free
 
     @property
@@ -166,14 +179,7 @@ class PushSlots:
             # holds it only until it would wait: pushes to every stream after a change do
             # not queue for slots one after another.
             await anyio.lowlevel.checkpoint()
-            if self.try_acquire(syncing=False):
-                return
-        elif self.try_acquire(syncing=True):
-            # A syncing stream holds its slot across this yield on purpose: once every slot
-            # is taken, the syncs that come meanwhile queue behind established pushes, so a
-            # loop turn runs at most ``capacity`` of a reconnect storm's syncs and an
-            # established push waits behind no more.
-            await anyio.lowlevel.checkpoint()
+        if self.try_acquire(syncing=syncing):
             return
         granted = Wakeup()
         queue = self._waiting[1 if syncing else 0]
@@ -196,12 +202,28 @@ class PushSlots:
             return True
         return False
 
-    def release(self) -> None:
-        """Give a slot back: to the oldest established waiter, else the oldest syncing one."""
+    def release(self, *, at_turn_end: bool = False) -> None:
+        """Give a slot back: to the oldest established waiter, else the oldest syncing one;
+        ``at_turn_end`` (a syncing stream's): once this turn of the event loop is over."""
         if self.capacity <= 0:
             return
+        if at_turn_end:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                loop = None
+            if loop is not None:
+                self._held_over += 1
+                if self._held_over == 1:
+                    loop.call_soon(self._turn_ended)
+                return
         for queue in self._waiting:
             if queue:
                 queue.popleft().set()
                 return
         self._free += 1
+
+    def _turn_ended(self) -> None:
+        count, self._held_over = self._held_over, 0
+        for _ in range(count):
+            self.release()

@@ -421,6 +421,8 @@ class XdsServer:
 def _log_close(
     info: StreamInfo, error: Exception | None, cancelled: bool, recycled: bool = False
 ) -> None:
+    if not log.isEnabledFor(logging.INFO):
+        return  # (its arguments cost more than the call)
     node = info.node.id if info.node is not None else "?"
     lasted = time.monotonic() - info.opened_at
     if error is not None:

@@ -126,10 +126,13 @@ class Http2Transport:
 
         async def run(call: Call) -> None:
             status, message = GrpcStatus.OK, None
-            deadline = asyncio.timeout(call.deadline)
+            deadline = None if call.deadline is None else asyncio.timeout(call.deadline)
             try:
-                async with deadline:
+                if deadline is None:  # an xDS stream: no deadline to keep
                     await handle(call)
+                else:
+                    async with deadline:
+                        await handle(call)
             except ProtocolError as exc:
                 log.debug("stream from %s ended: %s (%s)", call.peer, exc.message, exc.status.name)
                 status, message = exc.status, exc.message
@@ -140,7 +143,7 @@ class Http2Transport:
                 # The client reset the stream or left: there is no one to answer.
                 forget_frames(exc)
             except Exception as exc:
-                if isinstance(exc, TimeoutError) and deadline.expired():
+                if isinstance(exc, TimeoutError) and deadline is not None and deadline.expired():
                     status, message = GrpcStatus.DEADLINE_EXCEEDED, "the call's deadline passed"
                 else:
                     # A bug or a failing cache ends this call with INTERNAL, naming what
