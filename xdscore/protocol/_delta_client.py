@@ -38,6 +38,7 @@ from ..wire._names import canonical_names
 from ..wire._records import DeltaDiscoveryRequest, DeltaDiscoveryResponse, ErrorDetail, Node
 from ..wire._resource import Resource
 from ..wire._typeurls import type_info
+from ._evolve import evolve
 from ._sotw_client import Validator
 from ._subscription import WILDCARD
 
@@ -115,7 +116,7 @@ class DeltaClient:
             legacy = not added and info.wildcard_capable
             state = DeltaClientTypeState(wildcard=legacy or WILDCARD in added, legacy=legacy)
         elif added:
-            state = attrs.evolve(
+            state = evolve(
                 state,
                 wildcard=(state.wildcard and not state.legacy) or WILDCARD in added,
                 legacy=False,
@@ -128,9 +129,7 @@ class DeltaClient:
                 continue
             held = received.pop(name, None) or ambiguous.pop(name, None)
             requested[name] = held
-        state = attrs.evolve(
-            state, requested=requested, ambiguous=ambiguous, wildcard_received=received
-        )
+        state = evolve(state, requested=requested, ambiguous=ambiguous, wildcard_received=received)
         self._types[type_url] = state
         return self._request(type_url, subscribe=added)
 
@@ -158,7 +157,7 @@ class DeltaClient:
         if not wildcard:
             received.clear()
             ambiguous.clear()
-        self._types[type_url] = attrs.evolve(
+        self._types[type_url] = evolve(
             state,
             wildcard=wildcard,
             legacy=state.legacy and wildcard,
@@ -183,7 +182,7 @@ class DeltaClient:
         error = self._problem(response, state, entries)
         if error is not None:
             detail = ErrorDetail(code=GrpcStatus.INTERNAL, message=error)
-            self._types[type_url] = attrs.evolve(
+            self._types[type_url] = evolve(
                 state, nonce=response.nonce, last_error=detail, nacks=state.nacks + 1
             )
             return self._request(type_url, nonce=response.nonce, error=detail)
@@ -198,7 +197,7 @@ class DeltaClient:
         ):
             # The common case, for each of many clients of one answer: every resource is a
             # body for a name it asked for. The dict merge is one step, not one per name.
-            self._types[type_url] = attrs.evolve(
+            self._types[type_url] = evolve(
                 state,
                 requested={**state.requested, **entries.by_name},
                 nonce=response.nonce,
@@ -241,7 +240,7 @@ class DeltaClient:
                 for name, detail in errors.items()
                 if name in requested and name not in arrived
             }
-        state = attrs.evolve(
+        state = evolve(
             state,
             requested=requested,
             ambiguous=ambiguous,
@@ -251,9 +250,9 @@ class DeltaClient:
         )
         if invalid:
             detail = ErrorDetail(code=GrpcStatus.INTERNAL, message="; ".join(invalid.values()))
-            self._types[type_url] = attrs.evolve(state, last_error=detail, nacks=state.nacks + 1)
+            self._types[type_url] = evolve(state, last_error=detail, nacks=state.nacks + 1)
             return self._request(type_url, nonce=response.nonce, error=detail)
-        self._types[type_url] = attrs.evolve(state, last_error=None, acks=state.acks + 1)
+        self._types[type_url] = evolve(state, last_error=None, acks=state.acks + 1)
         return self._request(type_url, nonce=response.nonce)
 
     def _invalid(self, response: DeltaDiscoveryResponse) -> dict[str, str]:
@@ -274,7 +273,7 @@ class DeltaClient:
         self._node_sent = False
         requests = []
         for type_url, state in self._types.items():
-            state = attrs.evolve(state, nonce="")
+            state = evolve(state, nonce="")
             self._types[type_url] = state
             if not state.wildcard and not state.requested:
                 continue  # nothing wanted: an empty first request would mean legacy wildcard

@@ -79,6 +79,7 @@ from ..wire._records import DeltaDiscoveryRequest, ErrorDetail, ResourceError
 from ..wire._resource import Resource
 from ..wire._typeurls import ROUTE, VIRTUAL_HOST, TypeInfo, type_info
 from ._events import Event, ResponseAcked, ResponseNacked, StaleNonceSeen, SubscriptionChanged
+from ._evolve import evolve
 from ._identity import resolve_type
 from ._limits import StreamLimits, check_names, check_subscribed, check_type_count
 from ._machine import ServerMachine
@@ -234,7 +235,7 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
                 state = self._subscribe(info, state, request, events)
             else:
                 raise AssertionError(f"Delta has no {effect.name} effect")
-        self._types[type_url] = attrs.evolve(state, phase=move.next)
+        self._types[type_url] = evolve(state, phase=move.next)
         return events
 
     def _subscribe(
@@ -278,7 +279,7 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
         if held_versions is not state.held_versions:
             held = {n: r for n, r in held.items() if n in held_versions}
             rejected = {n: v for n, v in rejected.items() if subscription.wants(n)}
-        state = attrs.evolve(
+        state = evolve(
             state,
             subscription=subscription,
             owed=owed,
@@ -287,7 +288,7 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
             rejected_versions=rejected,
         )
         if subscription != previous:
-            state = attrs.evolve(state, synced=None)
+            state = evolve(state, synced=None)
             events.append(
                 SubscriptionChanged(
                     type_url=info.type_url, previous=previous, subscription=subscription
@@ -311,7 +312,7 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
             # A reconnecting client's versions say what it holds of its collections too.
             owed -= subscription.collections
         if info.type_url == VIRTUAL_HOST and self.aggregated and self._namespaces:
-            subscription = attrs.evolve(subscription, implied=self._namespaces)
+            subscription = evolve(subscription, implied=self._namespaces)
             if not held_versions:
                 owed |= self._namespaces
         warm = self._warming.pop(info.type_url, _EMPTY)
@@ -354,7 +355,7 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
         members = _members(view, type_url) if collections else {}
         owing, empty = _owing(state.owed, collections, members)
         if owing is not state.owed:
-            state = attrs.evolve(state, owed=owing)
+            state = evolve(state, owed=owing)
         # Streams in the same state (the same objects) get the same answer: worked out once.
         shareable = self._deny is None and not empty
         key = (
@@ -373,7 +374,7 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
                 _ANSWERS.put(key, extra, answer)
         sending, removed, recognised, absent, changed = answer
         if recognised:
-            state = attrs.evolve(state, held={**state.held, **recognised})
+            state = evolve(state, held={**state.held, **recognised})
             self._types[type_url] = state
         deferred: frozenset[str] = _EMPTY
         if self._ordered and (removed or changed):
@@ -384,7 +385,7 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
                 removed = tuple(name for name in removed if name not in decided.keep)
         synced = None if deferred else resources
         if not sending and not removed and (state.answered or deferred or subscription.empty):
-            self._types[type_url] = attrs.evolve(state, synced=synced, owed=state.owed & deferred)
+            self._types[type_url] = evolve(state, synced=synced, owed=state.owed & deferred)
             return None
         errors = self._resource_errors(
             {name: absent[name] for name in removed if name in absent}, subscription
@@ -495,7 +496,7 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
             heartbeat=heartbeat,
             errors=errors,
         )
-        self._types[type_url] = attrs.evolve(
+        self._types[type_url] = evolve(
             state,
             phase=move.next,
             outstanding=response,
@@ -552,7 +553,7 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
         return min(ttls) if ttls else None
 
     def _owe(self, state: DeltaTypeState, names: frozenset[str]) -> DeltaTypeState:
-        return attrs.evolve(state, owed=state.owed | (names & state.held_versions.keys()))
+        return evolve(state, owed=state.owed | (names & state.held_versions.keys()))
 
     def _by_alias(self, resources: Mapping[str, Resource], name: str) -> Resource | None:
         """The resource with ``name`` as an alias (aliased types: VHDS)."""
@@ -574,9 +575,9 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
         if state is None:
             return
         previous = state.subscription
-        self._types[VIRTUAL_HOST] = attrs.evolve(
+        self._types[VIRTUAL_HOST] = evolve(
             state,
-            subscription=attrs.evolve(previous, implied=previous.implied | new),
+            subscription=evolve(previous, implied=previous.implied | new),
             owed=state.owed | new,
             synced=None,
         )
@@ -594,7 +595,7 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
         # A rejected version is not pushed again for warming: the next different one will be.
         owed = waiting.subscription.wanted(names).difference(waiting.rejected_versions)
         if owed:
-            self._types[target] = attrs.evolve(waiting, owed=waiting.owed | owed)
+            self._types[target] = evolve(waiting, owed=waiting.owed | owed)
 
 
 class _Holdings(dict[str, _V]):
@@ -660,7 +661,7 @@ def _accept(
             nonce=outstanding.nonce,
         )
     )
-    return attrs.evolve(
+    return evolve(
         state,
         outstanding=None,
         held_versions=held_versions,
@@ -687,9 +688,7 @@ def _reject(
         )
     )
     if outstanding.heartbeat:
-        return attrs.evolve(
-            state, outstanding=None, last_error=error, nacks=state.nacks + 1, synced=None
-        )
+        return evolve(state, outstanding=None, last_error=error, nacks=state.nacks + 1, synced=None)
     rejected = dict(state.rejected_versions)
     rejected.update({r.name: r.version for r in outstanding.resources})
     rejected.update(dict.fromkeys(outstanding.removed, _REMOVED))
@@ -700,7 +699,7 @@ def _reject(
     for resource in outstanding.resources:
         if _wanted(state.subscription, resource.name, resource):
             held_versions[resource.name] = _UNKNOWN
-    return attrs.evolve(
+    return evolve(
         state,
         outstanding=None,
         held_versions=held_versions,

@@ -45,6 +45,7 @@ from ..wire._names import canonical_names
 from ..wire._records import DiscoveryRequest, DiscoveryResponse, ErrorDetail, Node
 from ..wire._resource import Resource
 from ..wire._typeurls import type_info
+from ._evolve import evolve
 from ._subscription import WILDCARD, Subscription
 
 __all__ = ["SotwClientTypeState", "SotwClient", "Validator"]
@@ -123,7 +124,7 @@ class SotwClient:
             state = SotwClientTypeState(subscription=subscription)
         else:
             kept = {n: r for n, r in previous.resources.items() if subscription.wants(n)}
-            state = attrs.evolve(previous, subscription=subscription, resources=kept)
+            state = evolve(previous, subscription=subscription, resources=kept)
         self._types[type_url] = state
         return self._request(type_url, state, state.version_info, listed)
 
@@ -144,7 +145,7 @@ class SotwClient:
             return self._reject(state, response, indexed.error)
         if state.subscription.empty:
             # Nothing is watched: keep the old version, as Envoy does.
-            state = attrs.evolve(state, nonce=response.nonce)
+            state = evolve(state, nonce=response.nonce)
             self._types[type_url] = state
             return self._request(type_url, state, state.version_info, None)
         subscription = state.subscription
@@ -172,9 +173,9 @@ class SotwClient:
             resources = {**state.resources, **wanted}
         errors = _errors(state, response, resources, full_state)
         if invalid:
-            state = attrs.evolve(state, resources=resources, errors=errors)
+            state = evolve(state, resources=resources, errors=errors)
             return self._reject(state, response, "; ".join(invalid.values()))
-        state = attrs.evolve(
+        state = evolve(
             state,
             resources=resources,
             errors=errors,
@@ -190,7 +191,7 @@ class SotwClient:
         self, state: SotwClientTypeState, response: DiscoveryResponse, error: str
     ) -> DiscoveryRequest:
         detail = ErrorDetail(code=GrpcStatus.INTERNAL, message=error)
-        state = attrs.evolve(state, nonce=response.nonce, last_error=detail, nacks=state.nacks + 1)
+        state = evolve(state, nonce=response.nonce, last_error=detail, nacks=state.nacks + 1)
         self._types[response.type_url] = state
         return self._request(response.type_url, state, state.version_info, None, error=detail)
 
@@ -211,7 +212,7 @@ class SotwClient:
         self._node_sent = False
         requests = []
         for type_url, state in self._types.items():
-            state = attrs.evolve(state, nonce="")
+            state = evolve(state, nonce="")
             self._types[type_url] = state
             if state.subscription.empty:
                 continue  # nothing wanted: an empty first request would mean legacy wildcard

@@ -70,6 +70,7 @@ from ..wire._records import DiscoveryRequest, ErrorDetail, ResourceError
 from ..wire._resource import Resource
 from ..wire._typeurls import TypeInfo, type_info
 from ._events import Event, ResponseAcked, ResponseNacked, StaleNonceSeen, SubscriptionChanged
+from ._evolve import evolve
 from ._identity import resolve_type
 from ._limits import StreamLimits, check_names, check_subscribed, check_type_count
 from ._machine import ServerMachine
@@ -232,7 +233,7 @@ class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
                 changes["owed"] = True
             else:
                 self._subscribe(info, state, request, events, changes)
-        self._types[type_url] = attrs.evolve(state, **changes)
+        self._types[type_url] = evolve(state, **changes)
         return events
 
     def _subscribe(
@@ -310,11 +311,11 @@ class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
         if canonical is not None and canonical is not state.subscription:
             # Share one subscription object with every stream that asks the same (the view's
             # memo key), so later look-ups compare by identity instead of by content.
-            state = attrs.evolve(state, subscription=canonical)
+            state = evolve(state, subscription=canonical)
             self._types[type_url] = state
         errors = self._sotw_errors(state.subscription, selection, denied)
         if state.held is None and state.held_version == selection.version:
-            state = attrs.evolve(state, held=selection)
+            state = evolve(state, held=selection)
             self._types[type_url] = state
         owed = state.owed or type_url in self._warming
         if not owed and selection.version == state.held_version:
@@ -369,7 +370,7 @@ class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
             heartbeat=heartbeat,
             errors=errors,
         )
-        self._types[type_url] = attrs.evolve(
+        self._types[type_url] = evolve(
             state,
             phase=move.next,
             outstanding=response,
@@ -418,7 +419,7 @@ class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
         return min(ttls) if ttls else None
 
     def _owe(self, state: SotwTypeState, names: frozenset[str]) -> SotwTypeState:
-        return attrs.evolve(state, owed=True)
+        return evolve(state, owed=True)
 
     def _make_before_break(
         self, type_url: str, desired: Selection, held: Selection | None, view: ResourceView
