@@ -6,7 +6,7 @@ import pytest
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.core.v3 import base_pb2
 from envoy.service.discovery.v3 import discovery_pb2
-from google.protobuf import json_format
+from google.protobuf import json_format, struct_pb2
 from google.protobuf.internal import encoder
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -29,6 +29,7 @@ from xdscore.protocol import (
     Locality,
     Selection,
 )
+from xdscore.protocol._identity import check_node
 from xdscore.wire._client_codec import encode_delta_request, encode_request
 from xdscore.wire._codec import (
     decode_delta_request,
@@ -36,8 +37,8 @@ from xdscore.wire._codec import (
     encode_delta_response,
     encode_sotw_response,
 )
-from xdscore.wire._framing import bytes_field, string_field, varint
-from xdscore.wire._node import encode_node
+from xdscore.wire._framing import bytes_field, leading_field, string_field, varint
+from xdscore.wire._node import decode_node, encode_node, same_node
 
 # --- varint and fields ----------------------------------------------------------------------
 
@@ -235,7 +236,7 @@ def make_node(*, id: str, metadata: dict[str, object] | None = None, **fields: o
         json_format.ParseDict(metadata, message.metadata)
     wrapper = discovery_pb2.DiscoveryRequest(type_url=CLUSTER)
     wrapper.node.CopyFrom(message)
-    node = decode_request(wrapper.SerializeToString()).node
+    node = decode_request(wrapper.SerializeToString(deterministic=True)).node
     assert node is not None
     return node
 
@@ -411,3 +412,87 @@ def test_malformed_nested_node_is_invalid_argument() -> None:
     with pytest.raises(RemoteProtocolError) as caught:
         decode_request(b"\x12\x02\x0a\x05")
     assert caught.value.status == GrpcStatus.INVALID_ARGUMENT
+
+
+# --- the node a request repeats ------------------------------------------------------------
+
+
+def _struct_entry(key: str, value: str) -> bytes:
+    data: bytes = struct_pb2.Struct(
+        fields={key: struct_pb2.Value(string_value=value)}
+    ).SerializeToString()
+    return data
+
+
+def _node_bytes(*entries: bytes) -> bytes:
+    """A node (id "n") whose metadata map has ``entries`` in this order."""
+    return string_field(1, "n") + bytes_field(3, b"".join(entries))
+
+
+def test_a_repeated_node_is_the_streams_own_without_decoding() -> None:
+    first = decode_request(encode_request(DiscoveryRequest(type_url=CLUSTER, node=_node())))
+    assert first.node is not None
+    again = encode_request(DiscoveryRequest(type_url=CLUSTER, response_nonce="1", node=_node()))
+    assert decode_request(again, first.node).node is first.node
+    assert decode_request(again).node == first.node
+    delta = encode_delta_request(DeltaDiscoveryRequest(type_url=CLUSTER, node=_node()))
+    known = decode_delta_request(delta).node
+    assert known is not None
+    assert decode_delta_request(delta, known).node is known
+
+
+def test_a_node_sent_in_other_bytes_is_the_same_node() -> None:
+    a, b = _struct_entry("a", "1"), _struct_entry("b", "2")
+    one, other = _node_bytes(a, b), _node_bytes(b, a)  # a map's entries in either order
+    first = decode_request(bytes_field(2, one) + string_field(4, CLUSTER))
+    again = decode_request(bytes_field(2, other) + string_field(4, CLUSTER), first.node)
+    assert first.node is not None
+    assert again.node is not None
+    assert again.node.raw != first.node.raw
+    assert same_node(again.node, first.node)
+    assert check_node(first.node, again.node) is first.node
+    changed = decode_request(bytes_field(2, _node_bytes(a)) + string_field(4, CLUSTER))
+    assert changed.node is not None
+    with pytest.raises(RemoteProtocolError, match="node changed mid-stream"):
+        check_node(first.node, changed.node)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        # The node twice (the runtime merges the two), with the names between them.
+        bytes_field(2, string_field(1, "n"))
+        + string_field(3, "x")
+        + bytes_field(2, string_field(2, "c")),
+        # Fields out of number order: the node after the type URL.
+        string_field(4, CLUSTER) + bytes_field(2, string_field(1, "n")),
+        # A varint field first: the runtime's parse throughout.
+        varint((6 << 3) | 2) + b"\x02\x08\x03" + bytes_field(2, string_field(1, "n")),
+    ],
+    ids=["node-twice", "out-of-order", "error-first"],
+)
+def test_a_request_in_unusual_order_reads_as_the_runtime_reads_it(data: bytes) -> None:
+    runtime = discovery_pb2.DiscoveryRequest.FromString(data)
+    decoded = decode_request(data)
+    assert decoded.node is not None
+    assert decoded.node == decode_node(runtime.node)
+    assert decoded.resource_names == tuple(runtime.resource_names)
+    assert decoded.type_url == runtime.type_url
+
+
+@given(
+    prefix=st.lists(st.binary(max_size=6), max_size=3),
+    node=st.binary(max_size=20),
+    tail=st.binary(max_size=20),
+)
+def test_leading_field_finds_a_field_after_lower_ones(
+    prefix: list[bytes], node: bytes, tail: bytes
+) -> None:
+    head = b"".join(bytes_field(1, each) for each in prefix)
+    data = head + bytes_field(2, node) + tail
+    span = leading_field(data, 2)
+    assert span is not None
+    tag, start, end = span
+    assert (tag, data[start:end]) == (len(head), node)
+    assert leading_field(bytes_field(3, node) + bytes_field(2, node), 2) is None
+    assert leading_field(b"\x08\x01" + bytes_field(2, node), 2) is None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .._errors import RemoteProtocolError
+from ..wire._node import same_node
 from ..wire._records import Node
 from ..wire._typeurls import TypeInfo, type_info
 
@@ -19,7 +20,7 @@ def check_node(known: Node | None, presented: Node | None) -> Node:
         if presented is None:
             raise RemoteProtocolError("the first request on a stream must carry a node")
         return presented
-    if presented is not None and presented.raw != known.raw:
+    if presented is not None and presented is not known and not same_node(presented, known):
         raise RemoteProtocolError(
             f"node changed mid-stream: first request named id={known.id!r} "
             f"cluster={known.cluster!r}, this one id={presented.id!r} "

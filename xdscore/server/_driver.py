@@ -247,7 +247,9 @@ class ServerCodec(Generic[_Request, _Response]):
     """How one protocol's requests are decoded and responses encoded on the server."""
 
     protocol: ProtocolName
-    decode: Callable[[bytes], _Request]
+    decode: Callable[[bytes, Node | None], _Request]
+    """A request, given the stream's node so far (taken as it is if the request repeats
+    its bytes)."""
     encode: Callable[[_Response, str], tuple[bytes, ...]]
     """A response as the buffers its encoding is the concatenation of (shared bodies stay
     shared: see :meth:`ByteStream.send`)."""
@@ -470,7 +472,7 @@ class ServerDriver(Generic[_Request, _Response]):
             data = await self._stream.receive()
 
     async def _apply(self, data: bytes) -> None:
-        request = self._codec.decode(checked(data, self._limit, "request"))
+        request = self._codec.decode(checked(data, self._limit, "request"), self.info.node)
         if self._on_request is not None:
             call_back(self._on_request, self.info, request)
         if self._catch_up is not None:

@@ -82,14 +82,15 @@ def encode_delta_request(request: DeltaDiscoveryRequest) -> bytes:
         initial_resource_versions=dict(request.initial_resource_versions),
         response_nonce=request.response_nonce,
     )
-    node = encode_node(request.node)
-    if node is not None:
-        message.node.CopyFrom(node)
     if request.error_detail is not None:
         message.error_detail.code = request.error_detail.code
         message.error_detail.message = request.error_detail.message
     data: bytes = message.SerializeToString()
-    return data
+    node = request.node
+    if node is None:
+        return data
+    # The node first (field 1), as its own bytes: the server recognises them unparsed.
+    return bytes_field(1, node.raw or _node_bytes(node)) + data
 
 
 def decode_response(data: bytes) -> DiscoveryResponse:

@@ -10,15 +10,21 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from typing import ParamSpec
+from typing import ParamSpec, TypeVar
 
 from envoy.service.discovery.v3 import discovery_pb2
 from google.protobuf.message import DecodeError
 
 from .._errors import GrpcStatus, RemoteProtocolError
-from ._framing import bytes_field, string_field, varint
-from ._node import decode_node
-from ._records import DeltaDiscoveryRequest, DiscoveryRequest, ErrorDetail, ResourceError
+from ._framing import bytes_field, leading_field, string_field, varint
+from ._node import decode_node, read_node
+from ._records import (
+    DeltaDiscoveryRequest,
+    DiscoveryRequest,
+    ErrorDetail,
+    Node,
+    ResourceError,
+)
 from ._resource import Resource
 
 _P = ParamSpec("_P")
@@ -42,31 +48,63 @@ def _error(
     return ErrorDetail(code=message.error_detail.code, message=message.error_detail.message)
 
 
-def _parse(cls: type[discovery_pb2.DiscoveryRequest], data: bytes, what: str) -> object:
+_Request = TypeVar("_Request", discovery_pb2.DiscoveryRequest, discovery_pb2.DeltaDiscoveryRequest)
+
+
+def _parse(cls: type[_Request], data: bytes, what: str) -> _Request:
     try:
         return cls.FromString(data)
     except DecodeError as exc:
         raise RemoteProtocolError(f"malformed {what}: {exc}", GrpcStatus.INVALID_ARGUMENT) from None
 
 
-def decode_request(data: bytes) -> DiscoveryRequest:
-    """Decode a serialised ``DiscoveryRequest``; malformed input is a remote error."""
-    message = _parse(discovery_pb2.DiscoveryRequest, data, "DiscoveryRequest")
-    assert isinstance(message, discovery_pb2.DiscoveryRequest)
+def _read(
+    cls: type[_Request], data: bytes, node_field: int, known: Node | None
+) -> tuple[_Request, Node | None]:
+    """The request message, and its node: ``known`` when the request carries the same bytes
+    (Envoy sends its whole node, 61 KB, on every request), else the node it carries.
+
+    The node is cut out of the bytes before the rest is parsed, where it comes first or
+    after the fields numbered below it (every encoder writes fields in number order);
+    anything else is parsed whole."""
+    what = cls.DESCRIPTOR.name
+    span = leading_field(data, node_field)
+    if span is not None:
+        tag, start, end = span
+        message = _parse(cls, data[:tag] + data[end:], what)
+        if not message.HasField("node"):
+            raw = data[start:end]
+            if known is not None and raw == known.raw:
+                return message, known
+            try:
+                return message, read_node(raw)
+            except DecodeError as exc:
+                raise RemoteProtocolError(
+                    f"malformed {what}: {exc}", GrpcStatus.INVALID_ARGUMENT
+                ) from None
+        # The node comes again later, to be merged with the first: as the runtime reads it.
+    message = _parse(cls, data, what)
+    return message, decode_node(message.node) if message.HasField("node") else None
+
+
+def decode_request(data: bytes, known: Node | None = None) -> DiscoveryRequest:
+    """Decode a serialised ``DiscoveryRequest``; malformed input is a remote error.
+    ``known``: the stream's node, taken as it is when the request repeats its bytes."""
+    message, node = _read(discovery_pb2.DiscoveryRequest, data, 2, known)
     return DiscoveryRequest(
         type_url=message.type_url,
         version_info=message.version_info,
         resource_names=tuple(message.resource_names),
         response_nonce=message.response_nonce,
         error_detail=_error(message),
-        node=decode_node(message.node) if message.HasField("node") else None,
+        node=node,
     )
 
 
-def decode_delta_request(data: bytes) -> DeltaDiscoveryRequest:
-    """Decode a serialised ``DeltaDiscoveryRequest``; malformed input is a remote error."""
-    message = _parse(discovery_pb2.DeltaDiscoveryRequest, data, "DeltaDiscoveryRequest")
-    assert isinstance(message, discovery_pb2.DeltaDiscoveryRequest)
+def decode_delta_request(data: bytes, known: Node | None = None) -> DeltaDiscoveryRequest:
+    """Decode a serialised ``DeltaDiscoveryRequest``; malformed input is a remote error.
+    ``known``: the stream's node, taken as it is when the request repeats its bytes."""
+    message, node = _read(discovery_pb2.DeltaDiscoveryRequest, data, 1, known)
     return DeltaDiscoveryRequest(
         type_url=message.type_url,
         resource_names_subscribe=tuple(message.resource_names_subscribe),
@@ -74,7 +112,7 @@ def decode_delta_request(data: bytes) -> DeltaDiscoveryRequest:
         initial_resource_versions=dict(message.initial_resource_versions),
         response_nonce=message.response_nonce,
         error_detail=_error(message),
-        node=decode_node(message.node) if message.HasField("node") else None,
+        node=node,
     )
 
 

@@ -1,5 +1,11 @@
 """The client's ``Node``: decoded once however many streams present it, and encoded.
 
+A decoded node's ``raw`` is its encoding as the client sent it. Envoy sends its node, 61 KB
+of it (Envoy 1.40, 516 extensions), on every request: the codec recognises a repeated node
+by comparing those bytes with the stream's node (:func:`read_node`'s callers), so a request
+costs no node decoding; a node sent in other bytes is compared by content
+(:func:`same_node`).
+
 Decoding keeps the last 4,096 distinct nodes keyed by their bytes, so a fleet of proxies
 presenting the same node costs one decode. The cache is bounded in bytes too (16 MiB of
 encoded nodes, a decoded one taking several times that), and a node larger than 64 KiB is
@@ -16,7 +22,7 @@ from google.protobuf import json_format, struct_pb2
 
 from ._records import Locality, Node
 
-__all__ = ["decode_node", "encode_node", "make_node"]
+__all__ = ["decode_node", "encode_node", "make_node", "read_node", "same_node"]
 
 _NODE_CACHE_SIZE = 4096
 _NODE_CACHE_BYTES = 16 * 1024 * 1024
@@ -25,12 +31,20 @@ _node_cache: OrderedDict[bytes, Node] = OrderedDict()
 _cached_bytes = 0
 
 
-def decode_node(message: base_pb2.Node) -> Node:
-    """The record for a decoded ``Node`` message (cached by its bytes)."""
-    raw = message.SerializeToString(deterministic=True)
-    node = _node_cache.get(raw)
+def read_node(raw: bytes) -> Node:
+    """The record for a ``Node`` a client sent as ``raw`` (cached by those bytes); raises
+    ``DecodeError`` for bytes that are no ``Node``."""
+    node = _cached(raw)
+    return node if node is not None else decode_node(base_pb2.Node.FromString(raw), raw)
+
+
+def decode_node(message: base_pb2.Node, raw: bytes | None = None) -> Node:
+    """The record for a decoded ``Node`` message, sent as ``raw`` (``None``: its
+    deterministic encoding stands for it); cached by those bytes."""
+    if raw is None:
+        raw = message.SerializeToString(deterministic=True)
+    node = _cached(raw)
     if node is not None:
-        _node_cache.move_to_end(raw)
         return node
     locality = None
     if message.HasField("locality"):
@@ -49,6 +63,28 @@ def decode_node(message: base_pb2.Node) -> Node:
     if len(raw) <= _NODE_KEPT_BYTES:
         _remember(raw, node)
     return node
+
+
+def _cached(raw: bytes) -> Node | None:
+    node = _node_cache.get(raw)
+    if node is not None:
+        _node_cache.move_to_end(raw)
+    return node
+
+
+def same_node(one: Node, other: Node) -> bool:
+    """Whether two nodes are the same, whatever bytes each was sent as (an encoder may
+    write a map's entries in any order)."""
+    if one.raw and one.raw == other.raw:
+        return True
+    return _canonical(one) == _canonical(other)
+
+
+def _canonical(node: Node) -> bytes:
+    message = encode_node(node)
+    assert message is not None
+    encoded: bytes = message.SerializeToString(deterministic=True)
+    return encoded
 
 
 def _remember(raw: bytes, node: Node) -> None:
