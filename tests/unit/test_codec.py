@@ -38,7 +38,7 @@ from xdscore.wire._codec import (
     encode_sotw_response,
 )
 from xdscore.wire._framing import bytes_field, leading_field, string_field, varint
-from xdscore.wire._node import decode_node, encode_node, same_node
+from xdscore.wire._node import decode_node, encode_node, same_node, same_node_bytes
 
 # --- varint and fields ----------------------------------------------------------------------
 
@@ -412,6 +412,9 @@ def test_malformed_nested_node_is_invalid_argument() -> None:
     with pytest.raises(RemoteProtocolError) as caught:
         decode_request(b"\x12\x02\x0a\x05")
     assert caught.value.status == GrpcStatus.INVALID_ARGUMENT
+    with pytest.raises(RemoteProtocolError) as against_known:
+        decode_request(b"\x12\x02\x0a\x05", _node())  # compared with the stream's node
+    assert against_known.value.status == GrpcStatus.INVALID_ARGUMENT
 
 
 # --- the node a request repeats ------------------------------------------------------------
@@ -445,12 +448,14 @@ def test_a_node_sent_in_other_bytes_is_the_same_node() -> None:
     a, b = _struct_entry("a", "1"), _struct_entry("b", "2")
     one, other = _node_bytes(a, b), _node_bytes(b, a)  # a map's entries in either order
     first = decode_request(bytes_field(2, one) + string_field(4, CLUSTER))
-    again = decode_request(bytes_field(2, other) + string_field(4, CLUSTER), first.node)
     assert first.node is not None
-    assert again.node is not None
-    assert again.node.raw != first.node.raw
-    assert same_node(again.node, first.node)
-    assert check_node(first.node, again.node) is first.node
+    again = decode_request(bytes_field(2, other) + string_field(4, CLUSTER), first.node)
+    assert again.node is first.node  # the stream's own node, kept
+    alone = decode_request(bytes_field(2, other) + string_field(4, CLUSTER)).node
+    assert alone is not None
+    assert alone.raw != first.node.raw
+    assert same_node(alone, first.node)
+    assert check_node(first.node, alone) is first.node
     changed = decode_request(bytes_field(2, _node_bytes(a)) + string_field(4, CLUSTER))
     assert changed.node is not None
     with pytest.raises(RemoteProtocolError, match="node changed mid-stream"):
@@ -496,3 +501,36 @@ def test_leading_field_finds_a_field_after_lower_ones(
     assert (tag, data[start:end]) == (len(head), node)
     assert leading_field(bytes_field(3, node) + bytes_field(2, node), 2) is None
     assert leading_field(b"\x08\x01" + bytes_field(2, node), 2) is None
+
+
+def _extension(name: str) -> bytes:
+    return bytes_field(9, string_field(1, name) + string_field(2, "envoy.filters"))
+
+
+def test_a_node_whose_build_version_map_comes_in_another_order_is_the_same() -> None:
+    # Envoy writes its build version's metadata entries in a new order on each request.
+    a, b = _struct_entry("build.type", "RELEASE"), _struct_entry("revision.status", "Clean")
+    extensions = _extension("envoy.a") + _extension("envoy.b")
+
+    def node(*entries: bytes, tail: bytes = extensions) -> bytes:
+        version = bytes_field(1, b"\x08\x01\x10\x28") + bytes_field(2, b"".join(entries))
+        return string_field(1, "envoy") + bytes_field(8, version) + tail
+
+    assert same_node_bytes(node(a, b), node(b, a))
+    assert not same_node_bytes(node(a, b), node(a))
+    assert not same_node_bytes(node(a, b), node(a, b, tail=_extension("envoy.a")))
+    first = decode_request(bytes_field(2, node(a, b)))
+    assert first.node is not None
+    assert decode_request(bytes_field(2, node(b, a)), first.node).node is first.node
+    other = decode_request(bytes_field(2, node(a, b, tail=extensions + _extension("x"))))
+    assert other.node is not None
+    assert decode_request(bytes_field(2, other.node.raw), first.node).node is not first.node
+
+
+def test_a_map_past_the_extensions_in_another_order_is_the_same_node() -> None:
+    # dynamic_parameters (12) is a map too: compared by content as a whole.
+    a = bytes_field(12, string_field(1, "k1") + bytes_field(2, b""))
+    b = bytes_field(12, string_field(1, "k2") + bytes_field(2, b""))
+    head = string_field(1, "n") + _extension("envoy.a")
+    assert same_node_bytes(head + a + b, head + b + a)
+    assert not same_node_bytes(head + a + b, head + a)

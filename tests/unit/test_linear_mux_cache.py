@@ -378,6 +378,24 @@ def test_mux_routes_each_type_to_its_cache() -> None:
     assert view.select(LISTENER, EVERYTHING) is snapshot.select(LISTENER, EVERYTHING)
 
 
+def test_mux_joins_the_same_views_once_and_new_ones_anew() -> None:
+    mux, linear, snapshots = mux_setup()
+    first = mux.view(NODE)
+    assert first is not None
+    assert mux.view(NODE) is first  # the caches gave the same views
+    linear.set_resource(load_assignment("c", [("10.0.0.9", 80)]))
+    after_linear = mux.view(NODE)
+    assert after_linear is not None
+    assert after_linear is not first
+    assert sorted(after_linear.resources(ENDPOINT) or {}) == ["a", "b", "c"]
+    snapshots.set_snapshot(None, Snapshot([CL_A, EP_C]))
+    after_snapshot = mux.view(NODE)
+    assert after_snapshot is not None
+    assert after_snapshot is not after_linear
+    assert after_snapshot.resources(LISTENER) is None  # the new snapshot has none
+    assert sorted(first.resources(ENDPOINT) or {}) == ["a", "b"]  # unchanged
+
+
 def test_mux_unrouted_types_go_to_the_default_or_get_none() -> None:
     mux, linear, _ = mux_setup()
     view = mux.view(NODE)

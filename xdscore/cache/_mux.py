@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Mapping
 
 from ..protocol._subscription import Subscription
@@ -11,6 +12,9 @@ from ..wire._resource import Resource
 from ._interface import Cache, Cancel, Notify
 
 __all__ = ["MuxCache"]
+
+_JOINED = 64
+"""Joined views kept (one per distinct combination of the caches' views in use)."""
 
 
 class _MuxView:
@@ -59,6 +63,8 @@ class MuxCache:
         for cache in caches:
             if all(cache is not known for known in self._caches):
                 self._caches.append(cache)
+        self._joined: dict[tuple[int, ...], tuple[tuple[ResourceView | None, ...], _MuxView]] = {}
+        """The last joined views, by the identities of the views they join (checked)."""
 
     @property
     def ready(self) -> bool:
@@ -66,13 +72,25 @@ class MuxCache:
         return all(getattr(cache, "ready", True) for cache in self._caches)
 
     def view(self, node: Node) -> _MuxView | None:
-        """Every routed cache's view for ``node``; ``None`` if none of them has one."""
-        views = {id(cache): cache.view(node) for cache in self._caches}
-        if all(view is None for view in views.values()):
+        """Every routed cache's view for ``node``; ``None`` if none of them has one.
+
+        The same views as a recent call give the same joined view (every stream polls its
+        view for each response; most share their caches' views)."""
+        views = tuple([cache.view(node) for cache in self._caches])
+        key = tuple(map(id, views))
+        found = self._joined.get(key)
+        if found is not None and all(map(operator.is_, found[0], views)):
+            return found[1]
+        if all(view is None for view in views):
             return None
-        routes = {url: views[id(cache)] for url, cache in self._routes.items()}
-        default = views[id(self._default)] if self._default is not None else None
-        return _MuxView(routes, default)
+        by_cache = {id(cache): view for cache, view in zip(self._caches, views, strict=True)}
+        routes = {url: by_cache[id(cache)] for url, cache in self._routes.items()}
+        default = by_cache[id(self._default)] if self._default is not None else None
+        joined = _MuxView(routes, default)
+        self._joined[key] = (views, joined)
+        if len(self._joined) > _JOINED:
+            del self._joined[next(iter(self._joined))]
+        return joined
 
     def on_update(self, callback: Callable[[str], None]) -> Cancel:
         """Forward ``callback`` to every routed cache that reports its updates."""

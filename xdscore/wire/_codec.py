@@ -17,7 +17,7 @@ from google.protobuf.message import DecodeError
 
 from .._errors import GrpcStatus, RemoteProtocolError
 from ._framing import bytes_field, leading_field, string_field, varint
-from ._node import decode_node, read_node
+from ._node import decode_node, read_node, same_node_bytes
 from ._records import (
     DeltaDiscoveryRequest,
     DiscoveryRequest,
@@ -61,7 +61,7 @@ def _parse(cls: type[_Request], data: bytes, what: str) -> _Request:
 def _read(
     cls: type[_Request], data: bytes, node_field: int, known: Node | None
 ) -> tuple[_Request, Node | None]:
-    """The request message, and its node: ``known`` when the request carries the same bytes
+    """The request message, and its node: ``known`` when the request carries it again
     (Envoy sends its whole node, 61 KB, on every request), else the node it carries.
 
     The node is cut out of the bytes before the rest is parsed, where it comes first or
@@ -74,9 +74,9 @@ def _read(
         message = _parse(cls, data[:tag] + data[end:], what)
         if not message.HasField("node"):
             raw = data[start:end]
-            if known is not None and raw == known.raw:
-                return message, known
             try:
+                if known is not None and known.raw and same_node_bytes(raw, known.raw):
+                    return message, known
                 return message, read_node(raw)
             except DecodeError as exc:
                 raise RemoteProtocolError(

@@ -7,7 +7,7 @@ tests check every frame built here against the protobuf runtime.
 
 from __future__ import annotations
 
-__all__ = ["bytes_field", "leading_field", "string_field", "varint"]
+__all__ = ["bytes_field", "field_offset", "leading_field", "string_field", "varint"]
 
 _LEN = 2  # wire type of length-delimited fields
 
@@ -82,3 +82,23 @@ def leading_field(data: bytes, number: int) -> tuple[int, int, int] | None:
     except IndexError:
         return None
     return None
+
+
+def field_offset(data: bytes, number: int) -> int | None:
+    """Where the first field numbered ``number`` or above starts in the message ``data``
+    (its end if there is none), when every field before it is length-delimited; ``None``
+    otherwise, or for bytes that are no message."""
+    at = 0
+    size = len(data)
+    try:
+        while at < size:
+            key, start = _read_varint(data, at)
+            if key >> 3 >= number:
+                return at
+            if key & 7 != _LEN:
+                return None
+            length, start = _read_varint(data, start)
+            at = start + length
+    except IndexError:
+        return None
+    return at if at == size else None

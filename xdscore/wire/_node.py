@@ -1,10 +1,11 @@
 """The client's ``Node``: decoded once however many streams present it, and encoded.
 
 A decoded node's ``raw`` is its encoding as the client sent it. Envoy sends its node, 61 KB
-of it (Envoy 1.40, 516 extensions), on every request: the codec recognises a repeated node
-by comparing those bytes with the stream's node (:func:`read_node`'s callers), so a request
-costs no node decoding; a node sent in other bytes is compared by content
-(:func:`same_node`).
+of it (Envoy 1.40, 516 extensions), on every request, and not always in the same bytes: it
+writes the entries of its build version's metadata map in a new order each time. The codec
+recognises a repeated node with :func:`same_node_bytes`: the fields from ``extensions`` on
+compared as bytes, the few before them (where the maps are) by content, so a request costs
+no decoding of the node.
 
 Decoding keeps the last 4,096 distinct nodes keyed by their bytes, so a fleet of proxies
 presenting the same node costs one decode. The cache is bounded in bytes too (16 MiB of
@@ -20,9 +21,17 @@ from collections.abc import Iterable, Mapping
 from envoy.config.core.v3 import base_pb2
 from google.protobuf import json_format, struct_pb2
 
+from ._framing import field_offset
 from ._records import Locality, Node
 
-__all__ = ["decode_node", "encode_node", "make_node", "read_node", "same_node"]
+__all__ = [
+    "decode_node",
+    "encode_node",
+    "make_node",
+    "read_node",
+    "same_node",
+    "same_node_bytes",
+]
 
 _NODE_CACHE_SIZE = 4096
 _NODE_CACHE_BYTES = 16 * 1024 * 1024
@@ -72,18 +81,41 @@ def _cached(raw: bytes) -> Node | None:
     return node
 
 
+_PLAIN_FROM = 9
+"""The ``Node`` fields from ``extensions`` (9) on hold no map in practice (only
+``dynamic_parameters``, 12, does, which Envoy leaves empty); those before hold
+``metadata`` and ``user_agent_build_version``, whose maps an encoder writes in any order."""
+
+
 def same_node(one: Node, other: Node) -> bool:
-    """Whether two nodes are the same, whatever bytes each was sent as (an encoder may
-    write a map's entries in any order)."""
-    if one.raw and one.raw == other.raw:
+    """Whether two nodes are the same, whatever bytes each was sent as."""
+    if one.raw and other.raw:
+        return same_node_bytes(one.raw, other.raw)
+    return _canonical(_encoded(one)) == _canonical(_encoded(other))
+
+
+def same_node_bytes(one: bytes, other: bytes) -> bool:
+    """Whether two encodings are of the same ``Node``: equal bytes, or the same fields from
+    ``extensions`` on (as bytes) and the same ones before them (by content), or else the
+    same content; raises ``DecodeError`` for bytes that are no ``Node``."""
+    if one == other:
         return True
+    cut, cut_other = field_offset(one, _PLAIN_FROM), field_offset(other, _PLAIN_FROM)
+    if cut is not None and cut_other is not None and one[cut:] == other[cut_other:]:
+        return _canonical(one[:cut]) == _canonical(other[:cut_other])
     return _canonical(one) == _canonical(other)
 
 
-def _canonical(node: Node) -> bytes:
+def _encoded(node: Node) -> bytes:
     message = encode_node(node)
     assert message is not None
-    encoded: bytes = message.SerializeToString(deterministic=True)
+    encoded: bytes = message.SerializeToString()
+    return encoded
+
+
+def _canonical(data: bytes) -> bytes:
+    """The deterministic encoding of the ``Node`` (or part of one) ``data``."""
+    encoded: bytes = base_pb2.Node.FromString(data).SerializeToString(deterministic=True)
     return encoded
 
 
