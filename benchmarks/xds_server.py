@@ -24,6 +24,9 @@ passes each push to every worker, printing ``SNAPSHOT_SET`` once all hold the ve
 (``mono=`` the last of theirs). One process may hold only so many descriptors (20,000 on
 the benchmark machine), which bounds the streams one process can serve; ``--max-streams``
 sets each worker's ``ServerLimits.max_streams``.
+
+``--loop`` picks the event loop as ``xdscore serve`` does: uvloop's where it is installed
+(``auto``, the default; the project's development install has it), or ``asyncio``.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ import anyio.to_thread
 
 from xdscore import LinearCache, MuxCache, Snapshot, SnapshotCache, XdsServer, same_for_all
 from xdscore import builders as b
-from xdscore.server import ServerLimits, tune_collector
+from xdscore.server import LOOPS, ServerLimits, loop_options, tune_collector
 from xdscore.transport import GrpclibTransport, Http2Transport
 from xdscore.wire._typeurls import ENDPOINT
 
@@ -316,6 +319,12 @@ def main() -> None:
         action="store_true",
         help="keep CPython's collector settings (xdscore serve tunes them: tune_collector)",
     )
+    parser.add_argument(
+        "--loop",
+        choices=LOOPS,
+        default="auto",
+        help="the event loop, as xdscore serve takes it: uvloop's where installed (auto)",
+    )
     parser.add_argument("--diag-every", type=int, default=100, help="pushes between --diag reports")
     parser.add_argument("--workers", type=int, default=1, help="server processes on one port")
     parser.add_argument("--max-streams", type=int, help="each process's ServerLimits.max_streams")
@@ -326,7 +335,7 @@ def main() -> None:
         if args.diag:
             parser.error("--diag is for one process")
         passed = ["--clusters", str(args.clusters), "--endpoints", str(args.endpoints)]
-        passed += ["--transport", args.transport]
+        passed += ["--transport", args.transport, "--loop", args.loop]
         passed += ["--no-metrics"] * args.no_metrics + ["--default-gc"] * args.default_gc
         if args.max_streams is not None:
             passed += ["--max-streams", str(args.max_streams)]
@@ -345,6 +354,7 @@ def main() -> None:
         not args.default_gc,
         args.max_streams,
         args.reuse_port,
+        backend_options=loop_options(args.loop),
     )
 
 

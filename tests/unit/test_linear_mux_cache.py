@@ -3,6 +3,9 @@ views the SotW and Delta state machines read."""
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import pytest
 
 from xdscore import (
@@ -394,6 +397,17 @@ def test_mux_joins_the_same_views_once_and_new_ones_anew() -> None:
     assert after_snapshot is not after_linear
     assert after_snapshot.resources(LISTENER) is None  # the new snapshot has none
     assert sorted(first.resources(ENDPOINT) or {}) == ["a", "b"]  # unchanged
+
+
+def test_mux_keeps_no_old_generation_of_a_cache_alive() -> None:
+    mux, linear, _ = mux_setup()
+    assert mux.view(NODE) is not None
+    old = weakref.ref(linear.view())
+    for port in range(20):  # pushes, each viewed by a stream
+        linear.set_resource(load_assignment("a", [("10.0.0.1", port)]))
+        assert mux.view(NODE) is not None
+    gc.collect()
+    assert old() is None
 
 
 def test_mux_unrouted_types_go_to_the_default_or_get_none() -> None:

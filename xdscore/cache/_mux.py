@@ -13,9 +13,6 @@ from ._interface import Cache, Cancel, Notify
 
 __all__ = ["MuxCache"]
 
-_JOINED = 64
-"""Joined views kept (one per distinct combination of the caches' views in use)."""
-
 
 class _MuxView:
     """The views of every routed cache for one node, taken at the same moment."""
@@ -63,8 +60,9 @@ class MuxCache:
         for cache in caches:
             if all(cache is not known for known in self._caches):
                 self._caches.append(cache)
-        self._joined: dict[tuple[int, ...], tuple[tuple[ResourceView | None, ...], _MuxView]] = {}
-        """The last joined views, by the identities of the views they join (checked)."""
+        self._last: tuple[list[ResourceView | None], _MuxView] | None = None
+        """The views last joined, and the joined view (only the last: a memo of more would
+        keep old generations of the caches alive)."""
 
     @property
     def ready(self) -> bool:
@@ -74,22 +72,19 @@ class MuxCache:
     def view(self, node: Node) -> _MuxView | None:
         """Every routed cache's view for ``node``; ``None`` if none of them has one.
 
-        The same views as a recent call give the same joined view (every stream polls its
+        The same views as the last call give the same joined view (every stream polls its
         view for each response; most share their caches' views)."""
-        views = tuple([cache.view(node) for cache in self._caches])
-        key = tuple(map(id, views))
-        found = self._joined.get(key)
-        if found is not None and all(map(operator.is_, found[0], views)):
-            return found[1]
+        views = [cache.view(node) for cache in self._caches]
+        last = self._last
+        if last is not None and all(map(operator.is_, last[0], views)):
+            return last[1]
         if all(view is None for view in views):
             return None
         by_cache = {id(cache): view for cache, view in zip(self._caches, views, strict=True)}
         routes = {url: by_cache[id(cache)] for url, cache in self._routes.items()}
         default = by_cache[id(self._default)] if self._default is not None else None
         joined = _MuxView(routes, default)
-        self._joined[key] = (views, joined)
-        if len(self._joined) > _JOINED:
-            del self._joined[next(iter(self._joined))]
+        self._last = (views, joined)
         return joined
 
     def on_update(self, callback: Callable[[str], None]) -> Cancel:

@@ -13,6 +13,7 @@ from typing import NoReturn
 
 import anyio
 
+from ..server import loop_options
 from . import _analyze, _apply, _bootstrap, _diff, _serve, _status
 from ._common import EXIT_USAGE, LOG_LEVELS, set_up_logging
 
@@ -149,7 +150,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.argv = list(sys.argv[1:] if argv is None else argv)  # for serve --workers
     set_up_logging(args.log_level, args.log_format, args.verbose_logger)
     if args.command == "serve":
-        return anyio.run(_serve.run, args)
+        try:
+            options = loop_options(args.loop)
+        except RuntimeError as exc:
+            print(f"xdscore serve: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        return anyio.run(_serve.run, args, backend_options=options)
     if args.command == "apply":
         return anyio.run(_apply.run, args)
     if args.command == "analyze":

@@ -25,7 +25,14 @@ from ..config import (
     watch_directory,
 )
 from ..etcd import DEFAULT_PREFIX
-from ..server import Authorizer, Rebalancing, SpiffeNodePolicy, XdsServer, tune_collector
+from ..server import (
+    LOOPS,
+    Authorizer,
+    Rebalancing,
+    SpiffeNodePolicy,
+    XdsServer,
+    tune_collector,
+)
 from ..transport import AdminApp, CertificateFiles, GrpclibTransport, Http2Transport, serve_admin
 from . import _descriptors, _workers
 from ._common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, address, fraction, non_negative
@@ -149,6 +156,13 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default="http2",
         help="the gRPC server: xdscore's own HTTP/2 server (http2, the default) or "
         "grpclib's (grpclib)",
+    )
+    serve.add_argument(
+        "--loop",
+        choices=LOOPS,
+        default="auto",
+        help="the event loop: uvloop's where it is installed (auto, the default: pip install "
+        "'xdscore[uvloop]'), uvloop, or asyncio's own",
     )
     tls = serve.add_argument_group(
         "TLS and identity",

@@ -6,6 +6,7 @@ from ._callbacks import ServerCallbacks, StreamInfo
 from ._catch_up import DEFAULT_CATCH_UP_TIMEOUT, CatchUp
 from ._collector import DEFAULT_YOUNG_THRESHOLD, tune_collector
 from ._driver import ByteStream, ClientDriver, OnResponse, ServerDriver
+from ._loop import LOOPS, LoopChoice, loop_options
 from ._metrics import Metrics
 from ._pacer import Pacing
 from ._rebalance import REBALANCE_MESSAGE, Rebalancing
@@ -15,6 +16,7 @@ from ._status import NackRecord, StreamStatus, SyncState, TypeStatus
 __all__ = [
     "DEFAULT_CATCH_UP_TIMEOUT",
     "DEFAULT_YOUNG_THRESHOLD",
+    "LOOPS",
     "REBALANCE_MESSAGE",
     "ActiveStream",
     "Authorizer",
@@ -22,6 +24,7 @@ __all__ = [
     "ByteStream",
     "CatchUp",
     "ClientDriver",
+    "LoopChoice",
     "Metrics",
     "NackRecord",
     "OnResponse",
@@ -38,5 +41,6 @@ __all__ = [
     "SyncState",
     "TypeStatus",
     "XdsServer",
+    "loop_options",
     "tune_collector",
 ]
