@@ -1,7 +1,10 @@
-"""The retry hint of a stream refused for ``max_initial_syncs`` (server/_admission.py):
-the time the streams syncing now take to finish at the rate syncs have been finishing."""
+"""The retry hint of a stream refused for ``max_initial_syncs`` (server/_admission.py): its
+turn, once the streams syncing now would be done and the streams refused before it have had
+theirs, at the rate syncs have been finishing."""
 
 from __future__ import annotations
+
+import itertools
 
 import pytest
 
@@ -10,7 +13,8 @@ from xdscore.server._admission import (
     SYNC_HINT_MIN,
     SYNC_RATE_GUESS,
     RateMeter,
-    sync_retry_after,
+    SyncTurns,
+    refusal,
 )
 
 
@@ -48,5 +52,25 @@ def test_the_meter_measures_the_span_of_its_window() -> None:
         (100_000, 10.0, SYNC_HINT_MAX),  # a stalled server: never more than the ceiling
     ],
 )
-def test_the_hint_is_the_time_the_backlog_takes(syncing: int, rate: float, hint: float) -> None:
-    assert sync_retry_after(syncing, rate) == pytest.approx(hint)
+def test_the_first_turn_is_the_time_the_backlog_takes(
+    syncing: int, rate: float, hint: float
+) -> None:
+    assert SyncTurns(clock=Clock()).retry_after(syncing, rate) == pytest.approx(hint)
+
+
+def test_each_refused_stream_gets_the_next_turn_at_the_pace_of_syncs() -> None:
+    clock = Clock()
+    turns = SyncTurns(clock=clock)
+    hints = [turns.retry_after(5_000, 2_000.0) for _ in range(5_000)]
+    assert hints[0] == pytest.approx(2.5)  # the 5,000 syncing take 2.5 s at 2,000 a second
+    assert hints[-1] == pytest.approx(2.5 + 4_999 / 2_000.0)  # then one turn each
+    assert all(b - a == pytest.approx(1 / 2_000.0) for a, b in itertools.pairwise(hints))
+    clock.now += 60.0  # the turns given are past: the next one starts from the backlog
+    assert turns.retry_after(100, 2_000.0) == pytest.approx(SYNC_HINT_MIN)
+
+
+def test_the_hint_is_stretched_by_at_most_the_spread() -> None:
+    for _ in range(200):
+        message = refusal("busy", 2.0, spread=0.1).message
+        hint = float(message.rsplit("retry after ", 1)[1].removesuffix(" s"))
+        assert 2.0 <= hint <= 2.2 + 0.05  # (printed to 0.1 s)

@@ -118,24 +118,39 @@ SYNC_RATE_GUESS = 1_000.0
 """Initial syncs a second assumed before any has been seen to finish."""
 SYNC_HINT_MIN = 0.5
 SYNC_HINT_MAX = 30.0
+SYNC_TURN_SPREAD = 0.1
+"""A turn's hint is stretched by up to this fraction (the turns are spread already)."""
 
 
-def sync_retry_after(syncing: int, rate: float) -> float:
-    """How long a stream refused for ``max_initial_syncs`` should wait: the time the
-    ``syncing`` streams take to finish at the ``rate`` they have been finishing at
-    (:data:`SYNC_RATE_GUESS` until one has), within [0.5 s, 30 s].
+class SyncTurns:
+    """When streams refused for ``max_initial_syncs`` should come back: the first once the
+    streams syncing now would be done, at the rate syncs have been finishing
+    (:data:`SYNC_RATE_GUESS` a second until one has), each next one a sync's time after the
+    one before, within [0.5 s, 30 s]. Refused clients that heed their hint so come back at
+    the pace the server syncs them: neither all at once, which brought 10,000 streams to
+    154 s where 23 s sufficed, nor spread over twice the time, as a hint of the drain time
+    jittered by 1-2x was. ``clock`` is injectable."""
 
-    A fixed hint brings every refused client back at once, and each refusal costs a
-    connection, a stream and a first request: with thousands refused, the retries cost more
-    than the syncs (10,000 streams at once took 154 s against 23 s)."""
-    drain = syncing / (rate if rate > 0 else SYNC_RATE_GUESS)
-    return min(SYNC_HINT_MAX, max(SYNC_HINT_MIN, drain))
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._next = 0.0
+        """The turn the next refused stream gets (a time of ``clock``)."""
+
+    def retry_after(self, syncing: int, rate: float) -> float:
+        """Seconds until the turn of a stream refused now, with ``syncing`` streams syncing
+        and syncs finishing at ``rate`` a second (0: unknown)."""
+        now = self._clock()
+        pace = rate if rate > 0 else SYNC_RATE_GUESS
+        turn = max(now + syncing / pace, self._next)
+        self._next = turn + 1.0 / pace
+        return min(SYNC_HINT_MAX, max(SYNC_HINT_MIN, turn - now))
 
 
-def refusal(message: str, retry_after: float) -> RemoteProtocolError:
-    """RESOURCE_EXHAUSTED with a jittered retry hint (so refused clients do not come back
-    all at once)."""
-    hint = retry_after * random.uniform(1.0, 2.0)
+def refusal(message: str, retry_after: float, *, spread: float = 1.0) -> RemoteProtocolError:
+    """RESOURCE_EXHAUSTED with a hint to retry after ``retry_after`` seconds, stretched by a
+    random factor between 1 and 1 + ``spread`` (so refused clients do not come back all at
+    once)."""
+    hint = retry_after * random.uniform(1.0, 1.0 + spread)
     return RemoteProtocolError(
         f"{message}; retry after {hint:.1f} s", GrpcStatus.RESOURCE_EXHAUSTED
     )

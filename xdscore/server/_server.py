@@ -26,7 +26,15 @@ from ..protocol._limits import StreamLimits
 from ..protocol._sotw_server import SotwServer
 from ..protocol._state import ProtocolName
 from ..wire._names import canonical_name
-from ._admission import PushSlots, RateMeter, ServerLimits, TokenBucket, refusal, sync_retry_after
+from ._admission import (
+    SYNC_TURN_SPREAD,
+    PushSlots,
+    RateMeter,
+    ServerLimits,
+    SyncTurns,
+    TokenBucket,
+    refusal,
+)
 from ._authorization import Authorizer, PeerIdentity, ResourceAuthorizer
 from ._callbacks import ServerCallbacks, StreamInfo
 from ._catch_up import DEFAULT_CATCH_UP_TIMEOUT, CatchUp
@@ -137,6 +145,7 @@ class XdsServer:
         bounds = self.server_limits
         self._syncs_done = RateMeter()
         """Initial syncs finished lately (the retry hint of a refusal for syncs)."""
+        self._sync_turns = SyncTurns()
         self._arrivals = (
             TokenBucket(bounds.new_streams_per_second, bounds.new_streams_burst)
             if bounds.new_streams_per_second > 0
@@ -346,7 +355,8 @@ class XdsServer:
             raise refusal(
                 f"{self._syncing} streams are in their initial sync, the most this server "
                 "takes on at once",
-                sync_retry_after(self._syncing, self._syncs_done.rate()),
+                self._sync_turns.retry_after(self._syncing, self._syncs_done.rate()),
+                spread=SYNC_TURN_SPREAD,
             )
         if self._arrivals is not None:
             wait = self._arrivals.take()
