@@ -238,4 +238,5 @@ def test_the_admission_bounds_show_in_the_limits_page() -> None:
     defaults = ServerLimits()
     assert f"| `max_streams` | {defaults.max_streams:,} |" in page
     assert f"| `max_initial_syncs` | {defaults.max_initial_syncs:,} |" in page
+    assert f"| `max_sync_seconds` | {defaults.max_sync_seconds:g} s |" in page
     assert f"| `push_concurrency` | {defaults.push_concurrency} |" in page

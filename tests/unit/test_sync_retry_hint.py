@@ -8,6 +8,8 @@ import itertools
 
 import pytest
 
+from xdscore import GrpcStatus, RemoteProtocolError, SnapshotCache, XdsServer, same_for_all
+from xdscore.server import ServerLimits
 from xdscore.server._admission import (
     SYNC_HINT_MAX,
     SYNC_HINT_MIN,
@@ -74,3 +76,22 @@ def test_the_hint_is_stretched_by_at_most_the_spread() -> None:
         message = refusal("busy", 2.0, spread=0.1).message
         hint = float(message.rsplit("retry after ", 1)[1].removesuffix(" s"))
         assert 2.0 <= hint <= 2.2 + 0.05  # (printed to 0.1 s)
+
+
+def test_a_stream_is_refused_once_the_syncs_ahead_would_take_too_long() -> None:
+    clock = Clock()
+    limits = ServerLimits(max_initial_syncs=0, max_sync_seconds=2.0, new_streams_per_second=0)
+    server = XdsServer(SnapshotCache(group=same_for_all), server_limits=limits)
+    server._syncs_done = RateMeter(clock=clock)
+    server._syncing = 10_000
+    server._admit_first()  # no sync seen finishing yet: only the cap (none here) applies
+    for _ in range(200):  # 100 syncs a second
+        server._syncs_done.mark()
+        clock.now += 0.01
+    server._syncing = 199
+    server._admit_first()  # 1.99 s of syncs queued: let in (now 200)
+    with pytest.raises(RemoteProtocolError) as refused:
+        server._admit_first()
+    assert refused.value.status == GrpcStatus.RESOURCE_EXHAUSTED
+    assert "2.0 s of syncs at the 100 a second they finish at" in refused.value.message
+    assert server.syncing == 200

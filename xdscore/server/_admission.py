@@ -6,9 +6,10 @@ behind them. Three mechanisms, all in the runtime:
 
 * **Admission.** A new stream is refused with RESOURCE_EXHAUSTED (Envoy and gRPC retry with
   back-off) when the server serves ``max_streams``, when new streams arrive faster than
-  ``new_streams_per_second`` beyond a burst, or when ``max_initial_syncs`` streams have not
-  yet answered their first responses. The refusal's message carries a jittered hint of when
-  to retry.
+  ``new_streams_per_second`` beyond a burst, or when the streams that have not yet answered
+  their first responses are ``max_initial_syncs``, or more than the server syncs in
+  ``max_sync_seconds`` at the rate syncs have been finishing. The refusal's message carries
+  a jittered hint of when to retry.
 * **Push slots.** At most ``push_concurrency`` streams compute and write a push at once. A
   waiting established stream always goes before a stream still in its initial sync, so a
   storm of new streams cannot starve proxies that are already connected. A stream gives its
@@ -47,8 +48,14 @@ class ServerLimits:
     """Sustained rate of new streams, once the burst is used up."""
     new_streams_burst: int = 10_000
     """New streams let in at once before the rate applies."""
-    max_initial_syncs: int = 5_000
-    """Streams at once that have not yet answered a response of every type they asked for."""
+    max_initial_syncs: int = 10_000
+    """Streams at once that have not yet answered a response of every type they asked for
+    (a cap: it also holds for a burst that arrives before any sync has finished)."""
+    max_sync_seconds: float = 10.0
+    """Once syncs have been seen finishing: how long the streams syncing now may take to
+    finish, at that rate, before a new stream is refused. Envoy waits 15 s for its first
+    configuration (``initial_fetch_timeout``): a proxy let into a longer queue gives up
+    before its turn."""
     push_concurrency: int = 32
     """Streams computing and writing a push at once."""
     first_request_timeout: float = 15.0

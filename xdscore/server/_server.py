@@ -14,7 +14,7 @@ import logging
 import secrets
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 import anyio
 
@@ -350,13 +350,15 @@ class XdsServer:
         second. An admitted stream counts as syncing until it has answered its first
         responses."""
         bounds = self.server_limits
-        if bounds.max_initial_syncs and self._syncing >= bounds.max_initial_syncs:
-            self._refuse("initial_syncs")
-            raise refusal(
-                f"{self._syncing} streams are in their initial sync, the most this server "
-                "takes on at once",
-                self._sync_turns.retry_after(self._syncing, self._syncs_done.rate()),
-                spread=SYNC_TURN_SPREAD,
+        syncing = self._syncing
+        rate = self._syncs_done.rate()
+        if bounds.max_initial_syncs and syncing >= bounds.max_initial_syncs:
+            self._refuse_sync("the most this server takes on at once", rate)
+        if bounds.max_sync_seconds and rate and syncing >= rate * bounds.max_sync_seconds:
+            self._refuse_sync(
+                f"{syncing / rate:.1f} s of syncs at the {rate:.0f} a second they finish at, "
+                f"more than the {bounds.max_sync_seconds:g} s this server queues",
+                rate,
             )
         if self._arrivals is not None:
             wait = self._arrivals.take()
@@ -367,6 +369,14 @@ class XdsServer:
                     max(wait, 0.1),
                 )
         self._syncing += 1
+
+    def _refuse_sync(self, why: str, rate: float) -> NoReturn:
+        self._refuse("initial_syncs")
+        raise refusal(
+            f"{self._syncing} streams are in their initial sync, {why}",
+            self._sync_turns.retry_after(self._syncing, rate),
+            spread=SYNC_TURN_SPREAD,
+        )
 
     def _synced(self) -> None:
         self._syncing -= 1
