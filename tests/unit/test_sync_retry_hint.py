@@ -83,11 +83,17 @@ def test_a_stream_is_refused_once_the_syncs_ahead_would_take_too_long() -> None:
     limits = ServerLimits(max_initial_syncs=0, max_sync_seconds=2.0, new_streams_per_second=0)
     server = XdsServer(SnapshotCache(group=same_for_all), server_limits=limits)
     server._syncs_done = RateMeter(clock=clock)
-    server._syncing = 10_000
-    server._admit_first()  # no sync seen finishing yet: only the cap (none here) applies
-    for _ in range(200):  # 100 syncs a second
-        server._syncs_done.mark()
+    server._syncing = 50
+    for _ in range(50):  # syncs finishing with no backlog: they say nothing of the server
+        server._synced()
         clock.now += 0.01
+    server._syncing = 10_000
+    server._admit_first()  # no rate known: only the cap (none here) applies
+    server._syncing = 400
+    for _ in range(200):  # with a backlog behind them: 100 syncs a second
+        server._synced()
+        clock.now += 0.01
+    assert server.syncing == 200
     server._syncing = 199
     server._admit_first()  # 1.99 s of syncs queued: let in (now 200)
     with pytest.raises(RemoteProtocolError) as refused:

@@ -52,10 +52,10 @@ class ServerLimits:
     """Streams at once that have not yet answered a response of every type they asked for
     (a cap: it also holds for a burst that arrives before any sync has finished)."""
     max_sync_seconds: float = 10.0
-    """Once syncs have been seen finishing: how long the streams syncing now may take to
-    finish, at that rate, before a new stream is refused. Envoy waits 15 s for its first
-    configuration (``initial_fetch_timeout``): a proxy let into a longer queue gives up
-    before its turn."""
+    """Once syncs have been seen finishing with others queued behind them: how long the
+    streams syncing now may take to finish, at that rate, before a new stream is refused.
+    Envoy waits 15 s for its first configuration (``initial_fetch_timeout``): a proxy let
+    into a longer queue gives up before its turn."""
     push_concurrency: int = 32
     """Streams computing and writing a push at once."""
     first_request_timeout: float = 15.0
@@ -125,6 +125,10 @@ SYNC_RATE_GUESS = 1_000.0
 """Initial syncs a second assumed before any has been seen to finish."""
 SYNC_HINT_MIN = 0.5
 SYNC_HINT_MAX = 30.0
+SYNC_BACKLOG = 64
+"""Streams syncing beyond which a sync that finishes counts towards the rate the server
+syncs at (with fewer, the syncs finish as fast as streams arrive, whatever the server
+could do)."""
 SYNC_TURN_SPREAD = 0.1
 """A turn's hint is stretched by up to this fraction (the turns are spread already)."""
 

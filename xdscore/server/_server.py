@@ -27,6 +27,7 @@ from ..protocol._sotw_server import SotwServer
 from ..protocol._state import ProtocolName
 from ..wire._names import canonical_name
 from ._admission import (
+    SYNC_BACKLOG,
     SYNC_TURN_SPREAD,
     PushSlots,
     RateMeter,
@@ -144,7 +145,8 @@ class XdsServer:
         self.server_limits = server_limits or ServerLimits()
         bounds = self.server_limits
         self._syncs_done = RateMeter()
-        """Initial syncs finished lately (the retry hint of a refusal for syncs)."""
+        """Initial syncs finished lately with a backlog behind them: how fast this server
+        syncs (``max_sync_seconds``, and the retry hint of a refusal for syncs)."""
         self._sync_turns = SyncTurns()
         self._arrivals = (
             TokenBucket(bounds.new_streams_per_second, bounds.new_streams_burst)
@@ -379,8 +381,11 @@ class XdsServer:
         )
 
     def _synced(self) -> None:
+        if self._syncing > SYNC_BACKLOG:
+            # Only syncs that finish with others queued behind them say how fast this server
+            # syncs; with none queued, the rate would be the rate streams arrive at.
+            self._syncs_done.mark()
         self._syncing -= 1
-        self._syncs_done.mark()
 
     def _recycled(self) -> None:
         if self.metrics is not None:
