@@ -1,5 +1,6 @@
-"""benchmarks/storm.py with its clients spread over two load-generator processes: every
-client of both converges, and the report adds up both processes' refusals and CPU."""
+"""benchmarks/storm.py with its storm clients spread over two load-generator processes apart
+from the established clients: every client of both converges, and the report adds up both
+processes' refusals and CPU."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ def test_a_storm_over_two_workers_converges_and_reports_both() -> None:
     assert result.returncode == 0, result.stderr[-2000:]
     report = json.loads(result.stdout)
     assert report["workers"] == 2
+    assert report["converged_clients"] == 60
     assert report["errors"] == []
     assert report["refusals"] == 0
     assert 0 < report["storm_convergence_s"] < 60
