@@ -187,7 +187,7 @@ async def test_a_cache_change_is_still_pushed_by_the_write_task() -> None:
         assert stream.counts() == (before[0] + 1, before[1])
 
 
-async def test_established_pushes_take_free_slots_after_one_yield() -> None:
+async def test_established_pushes_take_free_slots_at_once() -> None:
     slots = PushSlots(1)
     order: list[str] = []
 
@@ -205,6 +205,20 @@ async def test_established_pushes_take_free_slots_after_one_yield() -> None:
     assert order == ["a", "b", "c"]
     assert queued == [0, 0, 0]  # none queued for a slot: one slot served all three
     assert (slots.in_use, slots.waiting) == (0, 0)
+
+
+async def test_a_free_slot_is_taken_without_yielding() -> None:
+    slots = PushSlots(1)
+    others_ran = anyio.Event()
+
+    async def other() -> None:
+        others_ran.set()
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(other)
+        await slots.acquire(syncing=False)  # ready before it: had this yielded, it ran
+        assert not others_ran.is_set()
+        slots.release()
 
 
 async def test_syncing_streams_keep_their_slot_to_the_turn_end_and_queue_behind() -> None:

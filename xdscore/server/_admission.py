@@ -28,8 +28,6 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-import anyio
-import anyio.lowlevel
 import attrs
 
 from .._errors import GrpcStatus, RemoteProtocolError
@@ -200,11 +198,10 @@ class PushSlots:
         """Wait for a slot; ``syncing`` streams wait behind every established one."""
         if self.capacity <= 0:
             return
-        if not syncing:
-            # An established stream yields first and then takes a free slot for a push that
-            # holds it only until it would wait: pushes to every stream after a change do
-            # not queue for slots one after another.
-            await anyio.lowlevel.checkpoint()
+        # A free slot is taken at once; a push holds it only until a write would wait, so
+        # pushes to every stream after a change do not queue for slots one after another.
+        # (Established streams yielded first until 3 December: in a 20,000-stream storm that
+        # put each of them behind the first step of every other stream woken by the change.)
         if self.try_acquire(syncing=syncing):
             return
         granted = Wakeup()
