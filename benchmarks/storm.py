@@ -12,7 +12,8 @@ hint the refusal carries. While the storm converges, the server pushes a change 
 ``--push-every`` seconds (one endpoint set, which every client holds) and the time each
 established client takes to ACK it is recorded; ``--push-every 0`` pushes nothing.
 The report (JSON) holds the storm's convergence time, how many refusals it took, the
-established clients' push latencies (median, p99, max), the server's CPU seconds and peak
+established clients' push latencies (median, p99, max, and each push's with when into the
+storm it was made), the server's CPU seconds and peak
 RSS, and the load generator's own CPU (a saturated generator is not a slow server).
 Clients are those of benchmarks/loadgen.py: the library's client machines and driver.
 
@@ -197,6 +198,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
         tasks.append(asyncio.create_task(all_converged()))
         latencies: list[float] = []
+        pushed_at: list[float] = []
         while not everyone.is_set():
             if args.push_every <= 0:
                 with contextlib.suppress(TimeoutError):
@@ -207,6 +209,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 async with asyncio.timeout(args.push_every):
                     await everyone.wait()
             except TimeoutError:
+                pushed_at.append(time.monotonic() - started)
                 latencies.append(
                     await _established_latency(established, server, args.endpoints, args.timeout)
                 )
@@ -234,6 +237,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             report["established_push_median_s"] = round(statistics.median(latencies), 3)
             report["established_push_p99_s"] = round(_percentile(latencies, 0.99), 3)
             report["established_push_max_s"] = round(max(latencies), 3)
+            report["established_pushes"] = [
+                {"at_s": round(at, 2), "latency_s": round(took, 3)}
+                for at, took in zip(pushed_at, latencies, strict=True)
+            ]
         report["server_peak_rss_mb"] = round(server.peak_rss_mb(), 1)
         report["errors"] = [e for each in reports for e in each["errors"]][:5]
     finally:
