@@ -695,7 +695,9 @@ async def test_well_behaved_client_is_never_cut(
         )
         assert cuts(plane) == dict.fromkeys(REASONS, 0)
         assert not cut_warnings(caplog)
-        assert seen["pings"] >= 10, "the client's keepalive pings did not arrive"
+        # grpcio sends 12-17 keepalive pings in these 3 s (it spaces them out itself); 9 under
+        # a loaded machine once. Enough that a flood bound would have been in play.
+        assert seen["pings"] >= 5, "the client's keepalive pings did not arrive"
         assert seen["resets"] >= 10, "the short streams were not reset"
         assert max(latencies) < 1.0
 
