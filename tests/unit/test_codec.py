@@ -37,8 +37,9 @@ from xdscore.wire._codec import (
     encode_delta_response,
     encode_sotw_response,
 )
-from xdscore.wire._framing import bytes_field, leading_field, string_field, varint
+from xdscore.wire._framing import bytes_field, string_field, varint
 from xdscore.wire._node import decode_node, encode_node, same_node, same_node_bytes
+from xdscore.wire._reader import leading_field
 
 # --- varint and fields ----------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ message ends its call with UNIMPLEMENTED), server push, HTTP/1.1.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import ssl
 from collections.abc import Callable
@@ -126,13 +127,11 @@ class Http2Transport:
 
         async def run(call: Call) -> None:
             status, message = GrpcStatus.OK, None
+            # An xDS stream has no deadline: no timeout to enter.
             deadline = None if call.deadline is None else asyncio.timeout(call.deadline)
             try:
-                if deadline is None:  # an xDS stream: no deadline to keep
+                async with deadline or contextlib.nullcontext():
                     await handle(call)
-                else:
-                    async with deadline:
-                        await handle(call)
             except ProtocolError as exc:
                 log.debug("stream from %s ended: %s (%s)", call.peer, exc.message, exc.status.name)
                 status, message = exc.status, exc.message

@@ -16,8 +16,9 @@ from envoy.service.discovery.v3 import discovery_pb2
 from google.protobuf.message import DecodeError
 
 from .._errors import GrpcStatus, RemoteProtocolError
-from ._framing import bytes_field, leading_field, string_field, varint
+from ._framing import bytes_field, string_field, varint
 from ._node import decode_node, read_node, same_node_bytes
+from ._reader import leading_field
 from ._records import (
     DeltaDiscoveryRequest,
     DiscoveryRequest,

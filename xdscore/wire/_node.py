@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from envoy.config.core.v3 import base_pb2
 from google.protobuf import json_format, struct_pb2
 
-from ._framing import field_offset
+from ._reader import field_offset
 from ._records import Locality, Node
 
 __all__ = [

@@ -1,15 +1,17 @@
-"""Reading protobuf wire format without a schema: just enough to find a resource's name.
+"""Reading protobuf wire format without a schema: just enough to find a field.
 
 A client of SotW needs each resource's name, which lives inside the resource. Every xDS
 resource type registered here keeps its name in field 1 (``cluster_name`` for endpoints),
-so scanning the top-level fields is far cheaper than decoding the whole message.
+so scanning the top-level fields is far cheaper than decoding the whole message. The server
+finds a request's node the same way, to recognise it unparsed (``leading_field``,
+``field_offset``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-__all__ = ["WireError", "fields", "name_field"]
+__all__ = ["WireError", "field_offset", "fields", "leading_field", "name_field"]
 
 _VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
 
@@ -105,3 +107,56 @@ def name_field(body: bytes, number: int = 1) -> str:
     if offset > end:
         raise WireError("truncated field")
     return name.decode()
+
+
+def leading_field(data: bytes, number: int) -> tuple[int, int, int] | None:
+    """Where the length-delimited field ``number`` (below 16) of the message ``data`` is, if
+    it comes first or after only length-delimited fields numbered below it (every encoder
+    writes fields in number order): ``(tag start, payload start, end)``.
+
+    ``None`` when it is not there or anything is unusual (another wire type first, a length
+    past the end): the caller then parses the whole message. (The field may come again
+    later, to be merged: the caller checks what is left of the message for it.)
+    """
+    at = 0
+    size = len(data)
+    try:
+        while at < size:
+            key = data[at]
+            if key & 7 != _LEN or key >= 0x80:
+                return None
+            length = data[at + 1] if at + 1 < size else 0x80
+            if length < 0x80:
+                start = at + 2
+            else:
+                length, start = _varint(data, at + 1)
+            end = start + length
+            field = key >> 3
+            if end > size or field > number:
+                return None
+            if field == number:
+                return at, start, end
+            at = end
+    except WireError:
+        return None
+    return None
+
+
+def field_offset(data: bytes, number: int) -> int | None:
+    """Where the first field numbered ``number`` or above starts in the message ``data``
+    (its end if there is none), when every field before it is length-delimited; ``None``
+    otherwise, or for bytes that are no message."""
+    at = 0
+    size = len(data)
+    try:
+        while at < size:
+            key, start = _varint(data, at)
+            if key >> 3 >= number:
+                return at
+            if key & 7 != _LEN:
+                return None
+            length, start = _varint(data, start)
+            at = start + length
+    except WireError:
+        return None
+    return at if at == size else None
