@@ -5,6 +5,7 @@ queue behind them."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
@@ -27,6 +28,7 @@ from xdscore import (
 from xdscore import builders as b
 from xdscore.protocol import SUPPORTS_TTL, DeltaClient, DeltaResponse, SotwClient
 from xdscore.server import ClientDriver, PushSlots
+from xdscore.server._admission import WAKES_PER_TURN
 from xdscore.testing import MemoryByteStream, byte_stream_pair
 from xdscore.wire import make_node
 
@@ -129,13 +131,13 @@ async def test_the_initial_sync_is_answered_at_once_too() -> None:
 async def test_a_syncing_stream_without_a_free_slot_is_answered_by_the_write_task() -> None:
     recorder = Recorder()
     slots = PushSlots(1)
-    assert slots.try_acquire(syncing=False)  # held elsewhere for now
+    assert slots.try_acquire(syncing=True)  # held by another sync for now
     async with open_stream(recorder, slots) as (stream, client, _, _):
         await client.watch(CLUSTER, None)
         with anyio.move_on_after(0.1):
             await until(lambda: bool(recorder.responses), lambda: recorder.changed)
         assert recorder.responses == []  # waiting for the slot
-        slots.release()
+        slots.release(at_turn_end=True)
         await until(lambda: len(recorder.responses) == 2, lambda: recorder.changed)
         assert len(stream.waited) == 1  # the write task took the slot and answered it
 
@@ -232,21 +234,31 @@ async def test_syncing_streams_keep_their_slot_to_the_turn_end_and_queue_behind(
         await release.wait()
         slots.release(at_turn_end=True)
 
-    async def established() -> None:
-        await slots.acquire(syncing=False)
-        order.append("established")
-        slots.release()
-
     with anyio.fail_after(DEADLINE):
         async with anyio.create_task_group() as group:
             group.start_soon(sync, "s1")
             group.start_soon(sync, "s2")
-            await anyio.lowlevel.checkpoint()
-            group.start_soon(established)
-            while slots.waiting < 2:  # s2, then the established push, wait for s1's slot
+            while slots.waiting < 1:  # s2 waits for s1's slot
                 await anyio.lowlevel.checkpoint()
+            assert order == ["s1"]
             release.set()
-    assert order == ["s1", "established", "s2"]
+    assert order == ["s1", "s2"]
+    assert (slots.in_use, slots.waiting) == (0, 0)
+
+
+async def test_an_established_push_never_waits_for_a_syncs_slot() -> None:
+    slots = PushSlots(1)
+    assert slots.try_acquire(syncing=True)
+    slots.release(at_turn_end=True)  # the sync's slot comes back at the turn's end only
+    assert not slots.try_acquire(syncing=True)
+    # Its own pool: taken at once, in the same turn, without yielding.
+    await slots.acquire(syncing=False)
+    assert not slots.try_acquire(syncing=False)  # that pool's one slot is taken
+    slots.release()
+    assert slots.try_acquire(syncing=False)
+    slots.release()
+    await anyio.lowlevel.checkpoint()
+    assert (slots.in_use, slots.waiting) == (0, 0)
 
 
 async def test_a_loop_turn_runs_at_most_capacity_syncs() -> None:
@@ -270,41 +282,41 @@ async def test_a_slot_given_back_at_the_turn_end_goes_to_a_waiter() -> None:
     assert slots.try_acquire(syncing=True)
     granted: list[str] = []
 
-    async def wait(name: str, syncing: bool) -> None:
-        await slots.acquire(syncing=syncing)
+    async def wait(name: str) -> None:
+        await slots.acquire(syncing=True)
         granted.append(name)
-        slots.release(at_turn_end=syncing)
+        slots.release(at_turn_end=True)
 
     with anyio.fail_after(DEADLINE):
         async with anyio.create_task_group() as group:
-            group.start_soon(wait, "sync", True)
-            group.start_soon(wait, "established", False)
+            group.start_soon(wait, "first")
+            group.start_soon(wait, "second")
             while slots.waiting < 2:
                 await anyio.lowlevel.checkpoint()
             slots.release(at_turn_end=True)
             assert granted == []  # not within the turn
-    assert granted == ["established", "sync"]
+    assert granted == ["first", "second"]
     assert (slots.in_use, slots.waiting) == (0, 0)
 
 
 async def test_try_acquire_never_waits_and_respects_who_goes_first() -> None:
     slots = PushSlots(1)
-    assert slots.try_acquire(syncing=True)
+    assert slots.try_acquire(syncing=False)
     assert not slots.try_acquire(syncing=False)  # full
     waiter_started = anyio.Event()
 
-    async def wait_syncing() -> None:
+    async def wait_established() -> None:
         waiter_started.set()
-        await slots.acquire(syncing=True)
+        await slots.acquire(syncing=False)
         slots.release()
 
     async with anyio.create_task_group() as group:
-        group.start_soon(wait_syncing)
+        group.start_soon(wait_established)
         await waiter_started.wait()
         await anyio.lowlevel.checkpoint()
         assert slots.waiting == 1
-        slots.release()  # handed to the waiting sync
-        assert not slots.try_acquire(syncing=True)
+        slots.release()  # handed to the waiting push
+        assert not slots.try_acquire(syncing=False)
     assert slots.try_acquire(syncing=False)
     assert PushSlots(0).try_acquire(syncing=True)  # no bound
 
@@ -331,3 +343,43 @@ async def test_a_ttl_resource_answered_at_once_still_gets_its_heartbeats() -> No
             assert stream.at_once  # the listener itself went out from the read task
             assert 3 <= len(beats) <= 8, len(beats)  # every 0.1 s, a third of the TTL
             group.cancel_scope.cancel()
+
+
+async def test_without_a_storm_a_change_wakes_every_stream_at_once() -> None:
+    slots = PushSlots(1)
+    woken: list[int] = []
+    for order in range(3 * WAKES_PER_TURN):
+        slots.wake(lambda order=order: woken.append(order), order=order)
+    assert woken == list(range(3 * WAKES_PER_TURN))
+    assert slots.to_wake == 0
+
+
+async def test_in_a_storm_a_change_wakes_a_share_a_turn_oldest_first() -> None:
+    slots = PushSlots(1)
+    assert slots.try_acquire(syncing=True)
+    woken: list[int] = []
+
+    def wake(order: int) -> None:
+        slots.wake(lambda: woken.append(order), order=order)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(functools.partial(slots.acquire, syncing=True))  # a storm's sync waits
+        while not slots.waiting:
+            await anyio.lowlevel.checkpoint()
+        # A change wakes streams in the order they were watched, the oldest first.
+        for order in range(1, 3 * WAKES_PER_TURN + 1):
+            wake(order)
+        assert woken == list(range(1, WAKES_PER_TURN + 1))  # this turn's share
+        assert slots.to_wake == 2 * WAKES_PER_TURN
+        wake(10_000)  # the turn's share is used: a younger stream waits its turn...
+        wake(0)  # ...and so does an older one, first in the next turn
+        assert len(woken) == WAKES_PER_TURN
+        await anyio.lowlevel.checkpoint()
+        assert woken[WAKES_PER_TURN:] == [0, *range(WAKES_PER_TURN + 1, 2 * WAKES_PER_TURN)]
+        wake(-1)  # older than every stream still to wake: ahead of them, at once
+        assert woken[-1] == -1
+        while slots.to_wake:
+            await anyio.lowlevel.checkpoint()
+        assert woken[-1] == 10_000
+        assert sorted(woken) == [-1, *range(3 * WAKES_PER_TURN + 1), 10_000]
+        slots.release(at_turn_end=True)

@@ -10,12 +10,12 @@ behind them. Three mechanisms, all in the runtime:
   their first responses are ``max_initial_syncs``, or more than the server syncs in
   ``max_sync_seconds`` at the rate syncs have been finishing. The refusal's message carries
   a jittered hint of when to retry.
-* **Push slots.** At most ``push_concurrency`` streams compute and write a push at once. A
-  waiting established stream always goes before a stream still in its initial sync, so a
-  storm of new streams cannot starve proxies that are already connected. A stream gives its
-  slot back before a write that would wait for the client to read, so a client that stops
-  reading never holds one; a syncing stream's slot comes back at the end of the loop turn,
-  so a turn runs at most ``push_concurrency`` syncs.
+* **Push slots.** At most ``push_concurrency`` established streams compute and write a
+  push at once, and as many streams still in their initial sync, from a pool of their own:
+  a storm of new streams cannot make proxies that are already connected wait. A stream
+  gives its slot back before a write that would wait for the client to read, so a client
+  that stops reading never holds one; a syncing stream's slot comes back at the end of the
+  loop turn, so a turn runs at most ``push_concurrency`` syncs.
 * **Deadlines.** A stream whose first request does not come within
   ``first_request_timeout`` is ended (DEADLINE_EXCEEDED); it holds a stream slot until then.
 """
@@ -23,6 +23,8 @@ behind them. Three mechanisms, all in the runtime:
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 import random
 import time
 from collections import deque
@@ -55,7 +57,8 @@ class ServerLimits:
     Envoy waits 15 s for its first configuration (``initial_fetch_timeout``): a proxy let
     into a longer queue gives up before its turn."""
     push_concurrency: int = 32
-    """Streams computing and writing a push at once."""
+    """Established streams computing and writing a push at once; as many syncing streams
+    (from a pool of their own), which each turn of the event loop runs at most."""
     first_request_timeout: float = 15.0
     """Seconds a new stream may take to send its first request."""
 
@@ -165,29 +168,45 @@ def refusal(message: str, retry_after: float, *, spread: float = 1.0) -> RemoteP
     )
 
 
-class PushSlots:
-    """``capacity`` slots for pushes; established streams are served before syncing ones.
+WAKES_PER_TURN = 128
+"""Streams a cache change wakes in one turn of the event loop while syncs wait for push
+slots (see :meth:`PushSlots.wake`)."""
 
-    A syncing stream's slot stays taken until the end of the event loop's turn
-    (``release(at_turn_end=True)``), and comes back then with every other slot syncs gave
-    back in that turn, in one callback: once every slot is taken, the syncs that come
-    meanwhile queue behind established pushes, so a turn runs at most ``capacity`` of a
-    reconnect storm's syncs and an established push waits behind no more. (Holding the slot
-    across a yield did the same at the cost of a task switch per sync.) On an event loop
-    other than asyncio's, the slot comes back at once.
+
+class PushSlots:
+    """Push slots, in two pools of ``capacity``: one for established streams, one for
+    streams in their initial sync. Neither waits for the other's.
+
+    A push holds its slot until a write would wait for the client, so a client that stops
+    reading holds none. A syncing stream's slot comes back at the end of the event loop's
+    turn (``release(at_turn_end=True)``), with every other slot syncs gave back in that
+    turn, in one callback: a turn runs at most ``capacity`` of a reconnect storm's syncs.
+    (Holding the slot across a yield did the same at the cost of a task switch per sync.)
+    An established push never waits for a sync's slot: when they shared one pool, the
+    slots a turn's end gave back went to syncs waiting for them before an established push
+    woken by a cache change could ask, and in a 20,000-stream storm the push waited a turn
+    more, as long as it took to wake every other stream (0.1 s). On an event loop other
+    than asyncio's, a sync's slot comes back at once.
     """
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self._free = capacity
+        self._free = [capacity, capacity]
+        """Free slots: established streams', syncing streams'."""
         self._waiting: tuple[deque[Wakeup], deque[Wakeup]] = (deque(), deque())
         self._held_over = 0
-        """Slots given back in this loop turn, to be released at its end."""
+        """Syncs' slots given back in this loop turn, to be released at its end."""
+        self._to_wake: list[tuple[int, Callable[[], None]]] = []
+        """A heap of the streams a cache change is still to wake, by age."""
+        self._orders = itertools.count()
+        self._woken_ahead = 0
+        """Streams :meth:`wake` woke in this loop turn ahead of the queue."""
+        self._wake_turn_scheduled = False
 
     @property
     def in_use(self) -> int:
-        """Slots held now (those given back for the end of the turn included)."""
-        return self.capacity - self._free
+        """Slots held now, in both pools (those given back for the turn's end included)."""
+        return 2 * self.capacity - self._free[0] - self._free[1]
 
     @property
     def waiting(self) -> int:
@@ -195,7 +214,7 @@ class PushSlots:
         return len(self._waiting[0]) + len(self._waiting[1])
 
     async def acquire(self, *, syncing: bool) -> None:
-        """Wait for a slot; ``syncing`` streams wait behind every established one."""
+        """Wait for a slot of the ``syncing`` streams' pool or the established ones'."""
         if self.capacity <= 0:
             return
         # A free slot is taken at once; a push holds it only until a write would wait, so
@@ -205,29 +224,29 @@ class PushSlots:
         if self.try_acquire(syncing=syncing):
             return
         granted = Wakeup()
-        queue = self._waiting[1 if syncing else 0]
+        queue = self._waiting[syncing]
         queue.append(granted)
         try:
             await granted.wait()
         except BaseException:
             if granted.raised:
-                self.release()  # handed over just as it was cancelled: pass it on
+                self.release(at_turn_end=syncing)  # handed over as it was cancelled
             else:
                 queue.remove(granted)
             raise
 
     def try_acquire(self, *, syncing: bool) -> bool:
-        """Take a slot if one is free and no stream that goes first waits; never waits."""
+        """Take a slot of the pool if one is free and no stream waits for one; never waits."""
         if self.capacity <= 0:
             return True
-        if self._free > 0 and not self._waiting[0] and (not syncing or not self._waiting[1]):
-            self._free -= 1
+        if self._free[syncing] > 0 and not self._waiting[syncing]:
+            self._free[syncing] -= 1
             return True
         return False
 
     def release(self, *, at_turn_end: bool = False) -> None:
-        """Give a slot back: to the oldest established waiter, else the oldest syncing one;
-        ``at_turn_end`` (a syncing stream's): once this turn of the event loop is over."""
+        """Give an established stream's slot back, or (``at_turn_end``) a syncing stream's,
+        once this turn of the event loop is over; to the pool's oldest waiter, if any."""
         if self.capacity <= 0:
             return
         if at_turn_end:
@@ -240,13 +259,59 @@ class PushSlots:
                 if self._held_over == 1:
                     loop.call_soon(self._turn_ended)
                 return
-        for queue in self._waiting:
-            if queue:
-                queue.popleft().set()
-                return
-        self._free += 1
+        self._give_back(at_turn_end)
+
+    @property
+    def to_wake(self) -> int:
+        """Streams a cache change is still to wake (see :meth:`wake`)."""
+        return len(self._to_wake)
+
+    def next_order(self) -> int:
+        """A new stream's place in the order :meth:`wake` follows (older first)."""
+        return next(self._orders)
+
+    def wake(self, wake: Callable[[], None], *, order: int) -> None:
+        """Call ``wake`` (a stream's, for a cache change) now, unless syncs wait for slots
+        (a storm): then at most :data:`WAKES_PER_TURN` streams are woken in a turn, the
+        oldest (lowest ``order``, from :meth:`next_order`) first, and the others in later
+        turns. The caller queues its stream once until it is woken."""
+        queue = self._to_wake
+        if not queue and not self._waiting[1]:
+            wake()
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            wake()
+            return
+        if self._woken_ahead < WAKES_PER_TURN and (not queue or order < queue[0][0]):
+            # Older than every stream still to wake (a cache change wakes streams oldest
+            # first): at once, without waiting for the turn's share of the queue.
+            self._woken_ahead += 1
+            wake()
+        else:
+            heapq.heappush(queue, (order, wake))
+        if not self._wake_turn_scheduled:
+            self._wake_turn_scheduled = True
+            loop.call_soon(self._next_wakes)
+
+    def _next_wakes(self) -> None:
+        self._woken_ahead = 0
+        queue = self._to_wake
+        for _ in range(min(WAKES_PER_TURN, len(queue))):
+            heapq.heappop(queue)[1]()
+        self._wake_turn_scheduled = bool(queue)
+        if queue:
+            asyncio.get_running_loop().call_soon(self._next_wakes)
+
+    def _give_back(self, syncing: bool) -> None:
+        queue = self._waiting[syncing]
+        if queue:
+            queue.popleft().set()
+        else:
+            self._free[syncing] += 1
 
     def _turn_ended(self) -> None:
         count, self._held_over = self._held_over, 0
         for _ in range(count):
-            self.release()
+            self._give_back(True)

@@ -96,7 +96,9 @@ class ByteStream(Protocol):
     and sends nothing more; a transport that cancels the handler instead needs none) and
     ``async send_parts(parts)`` (write one message given as the buffers it is the
     concatenation of, without joining them: a response's body is shared by every stream,
-    and at large sizes each copy costs time and memory).
+    and at large sizes each copy costs time and memory), and ``settled()`` (called once,
+    when the stream has finished its initial sync: a transport may then stop treating
+    its reads as a new stream's).
     """
 
     async def receive(self) -> bytes | None:
@@ -377,6 +379,9 @@ class ServerDriver(Generic[_Request, _Response]):
         self.admitted = False
         """Whether the first request arrived and the stream was let in."""
         self._wake = Wakeup()
+        self._wake_queued = False
+        """A cache change's wake-up waits its turn (see :meth:`PushSlots.wake`)."""
+        self._order = self._slots.next_order()
         self._cancel_watch: Callable[[], None] | None = None
         self._changed_at: float | None = None
         """When the cache first changed since the write task last read it."""
@@ -433,12 +438,22 @@ class ServerDriver(Generic[_Request, _Response]):
             self.synced = True
             if self._on_synced is not None:
                 self._on_synced()
+            settled = getattr(self._stream, "settled", None)
+            if settled is not None:
+                settled()
 
     def _cache_changed(self) -> None:
         if self._pacer is not None and not self._pacer.told:
             self._pacer.changed(None)
         if self._changed_at is None:
             self._changed_at = time.monotonic()
+        if not self._wake_queued:
+            # A change that every stream holds wakes them a few hundred a turn.
+            self._wake_queued = True
+            self._slots.wake(self._woken_for_change, order=self._order)
+
+    def _woken_for_change(self) -> None:
+        self._wake_queued = False
         self._wake.set()
 
     async def _first(self) -> bytes | None:

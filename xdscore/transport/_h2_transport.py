@@ -28,6 +28,7 @@ from ..server._server import XdsServer
 from ._accept import Acceptor, default_max_connections
 from ._h2_connection import Call, Connection, Handler
 from ._http2 import ConnectionLimits, CutReason
+from ._intake import INTAKE_PER_TURN, Intake
 from ._methods import Method, listening_socket, served_methods
 from ._tls import peer_identity
 
@@ -49,6 +50,9 @@ class Http2Transport:
     ``max_connections`` bounds the connections open at once (by default the process's
     descriptor limit less a reserve): past it a new connection is closed as it is accepted
     and counted in ``xdscore_connections_cut_total{reason="max_connections"}``.
+    ``intake_per_turn`` bounds the reads of connections still in their initial sync
+    handled in one turn of the event loop (see :class:`~._intake.Intake`; 0: no bound), so
+    that a reconnect storm cannot make a turn, and with it an established proxy's push, long.
     """
 
     def __init__(
@@ -57,8 +61,10 @@ class Http2Transport:
         *,
         connection_limits: ConnectionLimits | None = None,
         max_connections: int | None = None,
+        intake_per_turn: int = INTAKE_PER_TURN,
     ) -> None:
         self.server = server
+        self._intake = Intake(intake_per_turn)
         self.connection_limits = connection_limits or ConnectionLimits()
         self.max_connections = (
             max_connections if max_connections is not None else default_max_connections()
@@ -167,6 +173,7 @@ class Http2Transport:
             limits=self.connection_limits,
             on_cut=self._connection_cut,
             on_close=self._connections.discard,
+            intake=self._intake,
         )
         self._connections.add(connection)
         return connection
