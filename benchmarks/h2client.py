@@ -19,6 +19,7 @@ import asyncio
 import functools
 import struct
 from collections import deque
+from typing import cast
 
 from hpack import Decoder, Encoder
 
@@ -115,8 +116,8 @@ class H2Call(asyncio.Protocol):
     # -- asyncio.Protocol ----------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # A stream transport (uvloop's are not subclasses of asyncio's).
+        self._transport = cast(asyncio.Transport, transport)
         transport.write(_opening(self._authority, self._path))
 
     def data_received(self, data: bytes) -> None:

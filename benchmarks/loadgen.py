@@ -63,7 +63,7 @@ from xdscore.protocol import (
     Resource,
     SotwClient,
 )
-from xdscore.server import ClientDriver, tune_collector
+from xdscore.server import LOOPS, ClientDriver, loop_options, tune_collector
 from xdscore.wire import decode_response, make_node
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -622,6 +622,15 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
+def _runner(uvloop: bool) -> asyncio.Runner:
+    """An asyncio runner on uvloop's event loop, or asyncio's own."""
+    if not uvloop:
+        return asyncio.Runner()
+    import uvloop as _uvloop
+
+    return asyncio.Runner(loop_factory=_uvloop.new_event_loop)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target", help="HOST:PORT of a running server")
@@ -640,11 +649,21 @@ def main() -> None:
         default="h2",
         help="the clients' gRPC stack: the lean one of benchmarks/h2client.py (default) or grpcio",
     )
+    parser.add_argument(
+        "--loop",
+        choices=LOOPS,
+        default="auto",
+        help="the generator's event loop (auto: uvloop where installed, with --client h2; "
+        "grpcio's clients run on asyncio's)",
+    )
     parser.add_argument("--json", help="write the report here instead of stdout")
     args = parser.parse_args()
     if not args.target and not args.server_cmd:
         parser.error("give --target or --server-cmd")
-    report = asyncio.run(run(args))
+    uvloop = loop_options(args.loop)["use_uvloop"] and args.client == "h2"
+    with _runner(uvloop) as runner:
+        report = runner.run(run(args))
+    report["loop"] = "uvloop" if uvloop else "asyncio"
     text = json.dumps(report, indent=2)
     if args.json:
         with open(args.json, "w") as handle:
