@@ -355,7 +355,8 @@ async def test_without_a_storm_a_change_wakes_every_stream_at_once() -> None:
 
 
 async def test_in_a_storm_a_change_wakes_a_share_a_turn_oldest_first() -> None:
-    slots = PushSlots(1)
+    deferred: list[None] = []
+    slots = PushSlots(1, on_deferred=lambda: deferred.append(None))
     assert slots.try_acquire(syncing=True)
     woken: list[int] = []
 
@@ -382,4 +383,5 @@ async def test_in_a_storm_a_change_wakes_a_share_a_turn_oldest_first() -> None:
             await anyio.lowlevel.checkpoint()
         assert woken[-1] == 10_000
         assert sorted(woken) == [-1, *range(3 * WAKES_PER_TURN + 1), 10_000]
+        assert len(deferred) == 2 * WAKES_PER_TURN + 2  # all but those woken ahead of the queue
         slots.release(at_turn_end=True)

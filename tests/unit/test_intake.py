@@ -44,12 +44,13 @@ class Held:
 
 
 async def test_a_turn_admits_its_share_then_the_rest_in_order() -> None:
-    intake = Intake(2)
+    counted: list[None] = []
+    intake = Intake(2, on_deferred=lambda: counted.append(None))
     resumed: list[str] = []
     held = [Held(name, resumed) for name in "abcde"]
     admitted = [intake.admit(each) for each in held]
     assert admitted == [True, True, False, False, False]
-    assert (intake.waiting, intake.deferred) == (3, 3)
+    assert (intake.waiting, intake.deferred, len(counted)) == (3, 3, 3)
     await asyncio.sleep(0)
     assert resumed == ["c", "d"]  # the next turn's share, in arrival order
     assert not intake.admit(Held("f", resumed))  # behind those still waiting

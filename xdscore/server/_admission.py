@@ -189,8 +189,10 @@ class PushSlots:
     than asyncio's, a sync's slot comes back at once.
     """
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, *, on_deferred: Callable[[], None] | None = None) -> None:
         self.capacity = capacity
+        self._on_deferred = on_deferred
+        """Called for each stream :meth:`wake` leaves for a later turn."""
         self._free = [capacity, capacity]
         """Free slots: established streams', syncing streams'."""
         self._waiting: tuple[deque[Wakeup], deque[Wakeup]] = (deque(), deque())
@@ -291,6 +293,8 @@ class PushSlots:
             wake()
         else:
             heapq.heappush(queue, (order, wake))
+            if self._on_deferred is not None:
+                self._on_deferred()
         if not self._wake_turn_scheduled:
             self._wake_turn_scheduled = True
             loop.call_soon(self._next_wakes)

@@ -241,6 +241,15 @@ class Metrics:
             "HTTP/2 connections cut for abuse, or closed at accept past max_connections.",
             ["reason"],
         )
+        reads_deferred = counter(
+            "xdscore_reads_deferred",
+            "Reads of connections still in their initial sync handled in a later loop turn "
+            "(Http2Transport's intake bound).",
+        )
+        wakes_deferred = counter(
+            "xdscore_wakes_deferred",
+            "Streams a cache change woke in a later loop turn, while syncs waited for slots.",
+        )
         self.registry.register(
             _Collector(
                 [
@@ -260,6 +269,8 @@ class Metrics:
                     rebalanced,
                     self.fetches,
                     self.connections_cut,
+                    reads_deferred,
+                    wakes_deferred,
                 ]
             )
         )
@@ -275,6 +286,8 @@ class Metrics:
         self.cache_updates = _ByType(updates)
         self.pushes_in_flight = in_flight.labels()
         self.rebalanced_streams = rebalanced.labels()
+        self.reads_deferred = reads_deferred.labels()
+        self.wakes_deferred = wakes_deferred.labels()
         for protocol in ("sotw", "delta"):
             for mode in ("ads", "per_type"):
                 self.streams.labels(protocol, mode)

@@ -153,12 +153,15 @@ class XdsServer:
             if bounds.new_streams_per_second > 0
             else None
         )
-        self._slots = PushSlots(bounds.push_concurrency)
         self.pacer = Pacer(pacing or Pacing())
         self._syncing = 0
         self.ordered_ads = ordered_ads
         self.authorize = authorize
         self.metrics: Metrics | None = Metrics() if metrics is None else (metrics or None)
+        self._slots = PushSlots(
+            bounds.push_concurrency,
+            on_deferred=None if self.metrics is None else self.metrics.wakes_deferred.inc,
+        )
         self.client_status = ClientStatus(self)
         """Answers CSDS about this server's clients (the transport serves it)."""
         self._ids = itertools.count(1)

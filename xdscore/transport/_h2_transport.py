@@ -64,7 +64,10 @@ class Http2Transport:
         intake_per_turn: int = INTAKE_PER_TURN,
     ) -> None:
         self.server = server
-        self._intake = Intake(intake_per_turn)
+        metrics = server.metrics
+        self._intake = Intake(
+            intake_per_turn, on_deferred=None if metrics is None else metrics.reads_deferred.inc
+        )
         self.connection_limits = connection_limits or ConnectionLimits()
         self.max_connections = (
             max_connections if max_connections is not None else default_max_connections()

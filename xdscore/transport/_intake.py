@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Callable
 from typing import Protocol
 
 __all__ = ["INTAKE_PER_TURN", "Intake"]
@@ -31,12 +32,16 @@ class _Held(Protocol):
 
 class Intake:
     """At most ``per_turn`` reads of unsettled connections handled in a loop turn (0: no
-    bound); those past it wait in arrival order (``waiting``)."""
+    bound); those past it wait in arrival order (``waiting``), each counted
+    (``deferred``, and ``on_deferred`` called)."""
 
-    def __init__(self, per_turn: int = INTAKE_PER_TURN) -> None:
+    def __init__(
+        self, per_turn: int = INTAKE_PER_TURN, *, on_deferred: Callable[[], None] | None = None
+    ) -> None:
         if per_turn < 0:
             raise ValueError(f"per_turn must not be negative, not {per_turn}")
         self.per_turn = per_turn
+        self._on_deferred = on_deferred
         self._used = 0
         self._turn_end_scheduled = False
         self._queue: deque[_Held] = deque()
@@ -58,6 +63,8 @@ class Intake:
             return True
         self._queue.append(connection)
         self.deferred += 1
+        if self._on_deferred is not None:
+            self._on_deferred()
         self._schedule()
         return False
 
