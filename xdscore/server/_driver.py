@@ -448,7 +448,7 @@ class ServerDriver(Generic[_Request, _Response]):
         if self._changed_at is None:
             self._changed_at = time.monotonic()
         if not self._wake_queued:
-            # A change that every stream holds wakes them a few hundred a turn.
+            # Through the push slots: in a storm, a change wakes streams a share a turn.
             self._wake_queued = True
             self._slots.wake(self._woken_for_change, order=self._order)
 

@@ -6,9 +6,10 @@ turn sets up streams and parses requests for all of them (a 20,000-stream storm 
 of 1-2 s), and a push to a proxy that was connected all along, whose write leaves only at
 the end of the turn, waits as long. :class:`Intake` lets at most ``per_turn`` reads of
 *unsettled* connections (any with a stream still in its initial sync, or with no stream
-yet) be handled in a turn; the others stop reading (the kernel buffers what their clients
-send, and TCP pushes back) and take their turn in order, ``per_turn`` a turn. Settled
-connections read at once, always: a storm does not delay an established proxy's ACK.
+yet) be handled in a turn; the others keep what they read unparsed (and stop reading
+past a bound, so that the kernel buffers and TCP pushes back) and take their turn in order,
+``per_turn`` a turn. Settled connections read at once, always: a storm does not delay an
+established proxy's ACK.
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ class _Held(Protocol):
 
 class Intake:
     """At most ``per_turn`` reads of unsettled connections handled in a loop turn (0: no
-    bound); those past it wait in arrival order (``waiting``), each counted
-    (``deferred``, and ``on_deferred`` called)."""
+    bound); those past it wait in arrival order (``waiting``), each one told to
+    ``on_deferred``."""
 
     def __init__(
         self, per_turn: int = INTAKE_PER_TURN, *, on_deferred: Callable[[], None] | None = None
@@ -45,8 +46,6 @@ class Intake:
         self._used = 0
         self._turn_end_scheduled = False
         self._queue: deque[_Held] = deque()
-        self.deferred = 0
-        """Reads that waited for a later turn, in all."""
 
     @property
     def waiting(self) -> int:
@@ -54,15 +53,14 @@ class Intake:
         return len(self._queue)
 
     def admit(self, connection: _Held) -> bool:
-        """Whether ``connection`` may handle its read now. If not, it is queued: it should
-        stop reading, and its ``resume_intake()`` is called in a later turn."""
+        """Whether ``connection`` may handle its read now. If not, it is queued: it holds
+        the read, and its ``resume_intake()`` is called in a later turn."""
         if not self.per_turn:
             return True
         if self._used < self.per_turn and not self._queue:
             self._take()
             return True
         self._queue.append(connection)
-        self.deferred += 1
         if self._on_deferred is not None:
             self._on_deferred()
         self._schedule()
