@@ -105,6 +105,10 @@ class H2Call(asyncio.Protocol):
         self._connection_window = DEFAULT_WINDOW
         self._peer_initial = DEFAULT_WINDOW
         self._window_open: asyncio.Future[None] | None = None
+        self._out: list[bytes] = []
+        """Frames written since the loop's last turn: they go out in one write, as a proxy
+        writes what one pass of its event loop produced (a SETTINGS ACK or credit, an ACK
+        and the requests the response led to)."""
         self.received_bytes = 0
 
     @classmethod
@@ -136,10 +140,20 @@ class H2Call(asyncio.Protocol):
             self._frame(kind, flags, stream_id, payload, out)
         self._buffer = bytes(view[at:]) if at < end else b""
         view.release()
-        if out and self._transport is not None:
-            self._transport.write(b"".join(out))
         if self._messages or self._ended is not None:
-            self._wake()
+            self._wake()  # (first: what the driver answers joins the frames below)
+        if out:
+            self._write(b"".join(out))
+
+    def _write(self, chunk: bytes) -> None:
+        if not self._out:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._out.append(chunk)
+
+    def _flush(self) -> None:
+        out, self._out = self._out, []
+        if out and self._transport is not None and not self._closed:
+            self._transport.write(out[0] if len(out) == 1 else b"".join(out))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
@@ -269,6 +283,7 @@ class H2Call(asyncio.Protocol):
                 raise self._ended or CallEnded(14, "connection closed")
             room = min(self._send_window, self._connection_window, DEFAULT_FRAME)
             if room <= 0:
+                self._flush()  # the server credits what it has read
                 self._window_open = asyncio.get_running_loop().create_future()
                 try:
                     await self._window_open
@@ -278,9 +293,9 @@ class H2Call(asyncio.Protocol):
             piece, message = message[:room], message[room:]
             self._send_window -= len(piece)
             self._connection_window -= len(piece)
-            assert self._transport is not None
-            self._transport.write(data_header(len(piece), _STREAM) + piece)
+            self._write(data_header(len(piece), _STREAM) + piece)
 
     def close(self) -> None:
         if self._transport is not None:
+            self._flush()
             self._transport.close()
