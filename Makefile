@@ -6,7 +6,7 @@ PYTEST_ARGS ?=
 BENCH_ARGS ?=
 NODE_CLIENT := tests/integration/node
 
-.PHONY: venv node demo test lint typecheck docs unit integration test-deep bench format clean
+.PHONY: venv compiled pure node demo test lint typecheck docs unit integration test-deep bench format clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,6 +16,21 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed
 
+## The modules pyproject.toml lists under [tool.xdscore] compiled, built with mypyc beside
+## their sources (rebuilt when any source changes); `make pure` removes the build.
+COMPILED := $(shell $(PYTHON) -c "import tomllib; print(' '.join(tomllib.load(open('pyproject.toml', 'rb'))['tool']['xdscore']['compiled']))")
+
+$(VENV)/.compiled: $(VENV)/.installed $(shell find xdscore -name '*.py')
+	rm -rf build/mypyc
+	$(VENV)/bin/mypyc $(COMPILED) > build-mypyc.log 2>&1 || (tail -40 build-mypyc.log; exit 1)
+	touch $@
+
+compiled: $(VENV)/.compiled
+
+pure:
+	rm -f $(VENV)/.compiled *__mypyc*.so
+	find xdscore -name '*.so' -delete
+
 ## gRPC's Node.js xDS client for the integration tests, exactly as package-lock.json pins it.
 $(NODE_CLIENT)/node_modules/.installed: $(NODE_CLIENT)/package.json $(NODE_CLIENT)/package-lock.json
 	cd $(NODE_CLIENT) && npm ci --no-audit --no-fund --ignore-scripts
@@ -24,13 +39,13 @@ $(NODE_CLIENT)/node_modules/.installed: $(NODE_CLIENT)/package.json $(NODE_CLIEN
 node: $(NODE_CLIENT)/node_modules/.installed
 
 ## A control plane, a real Envoy and a backend: traffic, then a live config edit.
-demo: venv
+demo: venv compiled
 	$(PY) examples/demo.py
 
 ## The whole suite: lint, types, the docs site, unit, property and integration tests (real
 ## Envoy, real gRPC clients in Python and Node.js).
-test: venv node lint typecheck docs
-	$(PY) -m pytest $(PYTEST_ARGS)
+test: venv compiled node lint typecheck docs
+	XDSCORE_COMPILED=1 $(PY) -m pytest $(PYTEST_ARGS)
 
 lint: venv
 	$(PY) -m ruff check xdscore tests examples benchmarks
@@ -45,11 +60,11 @@ typecheck: venv
 docs: venv
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 
-unit: venv
-	$(PY) -m pytest tests/unit tests/property $(PYTEST_ARGS)
+unit: venv compiled
+	XDSCORE_COMPILED=1 $(PY) -m pytest tests/unit tests/property $(PYTEST_ARGS)
 
-integration: venv node
-	$(PY) -m pytest tests/integration tests/fault $(PYTEST_ARGS)
+integration: venv compiled node
+	XDSCORE_COMPILED=1 $(PY) -m pytest tests/integration tests/fault $(PYTEST_ARGS)
 
 ## Property tests with the deep hypothesis profile (long; not run in CI).
 test-deep: venv
@@ -57,12 +72,12 @@ test-deep: venv
 
 ## The side-by-side benchmark matrix (xdscore and, if its binary is beside the repository,
 ## go-control-plane) into docs/benchmarks.md; e.g. BENCH_ARGS=--quick, or "--peer PATH".
-bench: venv
+bench: venv compiled
 	$(PY) benchmarks/run.py --matrix $(BENCH_ARGS)
 
 format: venv
 	$(PY) -m ruff format xdscore tests examples benchmarks
 	$(PY) -m ruff check --fix xdscore tests examples benchmarks
 
-clean:
+clean: pure
 	rm -rf $(VENV) $(NODE_CLIENT)/node_modules .pytest_cache .mypy_cache .ruff_cache .hypothesis

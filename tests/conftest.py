@@ -20,3 +20,17 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 def anyio_backend() -> str:
     """grpclib runs on asyncio, so every async test does too."""
     return "asyncio"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Refuse to test a compiled build older than the sources: Python would load the old
+    compiled modules instead of the code under test."""
+    from tests.compiled_build import stale_sources
+
+    stale = stale_sources()
+    if stale:
+        pytest.exit(
+            f"the compiled modules are older than {stale[0]} (and {len(stale) - 1} more "
+            "sources): run `make compiled`, or `make pure` to test the sources alone",
+            returncode=2,
+        )

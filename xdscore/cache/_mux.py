@@ -5,6 +5,8 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable, Mapping
 
+from mypy_extensions import mypyc_attr
+
 from ..protocol._subscription import Subscription
 from ..protocol._view import ResourceView, Selection
 from ..wire._records import Node
@@ -43,6 +45,7 @@ class _MuxView:
         return view.select(type_url, subscription) if view is not None else None
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class MuxCache:
     """Serves each type URL in ``routes`` from its cache, and others from ``default``.
 

@@ -73,6 +73,7 @@ from types import MappingProxyType
 from typing import Any, TypeVar
 
 import attrs
+from mypy_extensions import mypyc_attr
 
 from ..wire._names import collection_of
 from ..wire._records import DeltaDiscoveryRequest, ErrorDetail, ResourceError
@@ -159,6 +160,7 @@ class DeltaTypeState:
     nacks: int = 0
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResponse]):
     """The server side of one Delta stream. ``type_url`` fixes the type on per-type services.
 
@@ -307,7 +309,7 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
         check_subscribed(len(subscription.names), self._limits)
         initial = request.initial_resource_versions
         held_versions = dict(initial) if initial else _NO_VERSIONS
-        owed = frozenset(subscribe) - {WILDCARD} - held_versions.keys()
+        owed = frozenset(subscribe).difference((WILDCARD,), held_versions)
         if held_versions:
             # A reconnecting client's versions say what it holds of its collections too.
             owed -= subscription.collections
@@ -553,7 +555,7 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
         return min(ttls) if ttls else None
 
     def _owe(self, state: DeltaTypeState, names: frozenset[str]) -> DeltaTypeState:
-        return evolve(state, owed=state.owed | (names & state.held_versions.keys()))
+        return evolve(state, owed=state.owed | names.intersection(state.held_versions))
 
     def _by_alias(self, resources: Mapping[str, Resource], name: str) -> Resource | None:
         """The resource with ``name`` as an alias (aliased types: VHDS)."""
@@ -598,6 +600,7 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
             self._types[target] = evolve(waiting, owed=waiting.owed | owed)
 
 
+@mypyc_attr(native_class=False)  # (referred to weakly: compiled classes cannot be)
 class _Holdings(dict[str, _V]):
     """Holdings that shared work may refer to weakly (see :mod:`._shared`)."""
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping
 from typing import Generic, Protocol, TypeVar
 
+from mypy_extensions import mypyc_attr
+
 from .._errors import GrpcStatus, ProtocolError
 from ..wire._records import Node, ResourceError
 from ..wire._typeurls import type_info
@@ -38,6 +40,7 @@ _Request = TypeVar("_Request")
 _Response = TypeVar("_Response")
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class ServerMachine(Generic[_State, _Request, _Response]):
     """One gRPC stream's server side; subclasses say how a request applies and what is due.
 

@@ -65,6 +65,7 @@ from types import MappingProxyType
 from typing import Any
 
 import attrs
+from mypy_extensions import mypyc_attr
 
 from ..wire._records import DiscoveryRequest, ErrorDetail, ResourceError
 from ..wire._resource import Resource
@@ -127,6 +128,7 @@ class SotwTypeState:
         return self.listed.names
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
     """The server side of one SotW stream. ``type_url`` fixes the type on per-type services.
 

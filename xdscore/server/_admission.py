@@ -31,6 +31,7 @@ from collections import deque
 from collections.abc import Callable
 
 import attrs
+from mypy_extensions import mypyc_attr
 
 from .._errors import GrpcStatus, RemoteProtocolError
 from ._wakeup import Wakeup
@@ -63,6 +64,7 @@ class ServerLimits:
     """Seconds a new stream may take to send its first request."""
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class TokenBucket:
     """``rate`` tokens a second, at most ``burst`` saved; ``clock`` is injectable."""
 
@@ -173,6 +175,7 @@ WAKES_PER_TURN = 128
 slots (see :meth:`PushSlots.wake`)."""
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class PushSlots:
     """Push slots, in two pools of ``capacity``: one for established streams, one for
     streams in their initial sync. Neither waits for the other's.

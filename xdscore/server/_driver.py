@@ -26,6 +26,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import anyio
 import attrs
+from mypy_extensions import mypyc_attr
 
 from .._errors import GrpcStatus, ProtocolError, RemoteProtocolError, StreamClosed
 from ..protocol._delta_client import DeltaClient
@@ -296,6 +297,7 @@ class _View(Protocol):
     def watch(self, node: Node, notify: Callable[[], None]) -> Callable[[], None]: ...
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class ServerDriver(Generic[_Request, _Response]):
     """Serves one stream: requests into ``machine``, what it says is due out, from ``cache``.
 
@@ -988,6 +990,7 @@ OnResponse = Callable[[Any, Any], None]
 """Called with each decoded response and the ACK or NACK the client sent for it."""
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class ClientDriver:
     """Runs a client machine over a byte stream, as Envoy runs its xDS client.
 

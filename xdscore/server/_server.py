@@ -17,6 +17,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any, Literal, NoReturn
 
 import anyio
+from mypy_extensions import mypyc_attr
 
 from .._errors import GrpcStatus, RemoteProtocolError
 from ..cache._interface import Cache
@@ -73,6 +74,7 @@ class ActiveStream:
         self.driver = driver
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class XdsServer:
     """Serves xDS streams from ``cache``; transports call :meth:`run_stream`.
 

@@ -31,6 +31,7 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, cast
 
 from hpack.exceptions import HPACKError
+from mypy_extensions import mypyc_attr
 
 from .._errors import GrpcStatus, RemoteProtocolError, StreamClosed
 from ._frames import BATCH_BYTES, buffers, message_size, take
@@ -95,6 +96,7 @@ class _ConnectionError(Exception):
         self.code = code
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Call:
     """One gRPC call (an HTTP/2 stream) as message bytes each way.
 
@@ -384,6 +386,7 @@ class Call:
             self._gone.set()
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Connection(asyncio.Protocol):
     """The server side of one HTTP/2 connection carrying gRPC calls."""
 

@@ -21,6 +21,8 @@ import ssl
 from collections.abc import Callable
 from typing import Any, Literal
 
+from mypy_extensions import mypyc_attr
+
 from .._errors import GrpcStatus, ProtocolError, RemoteProtocolError, StreamClosed
 from ..protocol._state import ProtocolName
 from ..server._driver import forget_frames
@@ -40,6 +42,7 @@ STOP_GRACE = 1.0
 """Seconds :meth:`Http2Transport.stop` waits for ended streams to send their trailers."""
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Http2Transport:
     """Serves ``server`` over HTTP/2 with xdscore's own gRPC server; an async context
     manager, used as :class:`GrpclibTransport` is.
