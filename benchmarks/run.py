@@ -31,6 +31,7 @@ import platform
 import shlex
 import subprocess
 import sys
+import tomllib
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -267,6 +268,18 @@ def _machine() -> str:
     return f"{cpu}, {os.cpu_count()} cores, {python}, Linux {platform.release()}"
 
 
+def _build() -> str:
+    """Which build of xdscore the benchmark server runs: compiled (``make compiled``) or not."""
+    with (ROOT / "pyproject.toml").open("rb") as file:
+        listed = tomllib.load(file)["tool"]["xdscore"]["compiled"]
+    built = sum(
+        any((ROOT / source).parent.glob(Path(source).stem + ".cpython-*.so")) for source in listed
+    )
+    if built == len(listed):
+        return f"xdscore ran its compiled build (`make compiled`: {built} modules, mypyc)."
+    return f"xdscore ran from its sources ({built} of {len(listed)} modules compiled)."
+
+
 def _invocation() -> str:
     pythonpath = os.environ.get("PYTHONPATH")
     prefix = ""
@@ -296,6 +309,7 @@ def run_matrix(
         )
     else:
         peer_note = f"No peer binary at `{peer}`: xdscore alone, no ratios."
+    peer_note = f"{peer_note} {_build()}"
     started = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     commit, machine, load_start = _commit(), _machine(), os.getloadavg()[0]
     matrix = Matrix(servers, results, doc)
