@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 import attrs
+from mypy_extensions import mypyc_attr
 
 from .._errors import GrpcStatus, LocalProtocolError
 from ..wire._names import canonical_names
@@ -69,6 +70,7 @@ class DeltaClientTypeState:
         return held
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class DeltaClient:
     """The client side of a Delta ADS stream, as Envoy drives one."""
 

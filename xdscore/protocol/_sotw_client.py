@@ -39,6 +39,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import attrs
+from mypy_extensions import mypyc_attr
 
 from .._errors import GrpcStatus, LocalProtocolError
 from ..wire._names import canonical_names
@@ -69,6 +70,7 @@ class SotwClientTypeState:
     nacks: int = 0
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class SotwClient:
     """The client side of a SotW ADS stream, as Envoy (or gRPC) drives one."""
 

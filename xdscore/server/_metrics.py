@@ -18,6 +18,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterator, Sequence
 from typing import Generic, Literal, TypeVar
 
+from mypy_extensions import mypyc_attr
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -180,6 +181,7 @@ class _ByType(Generic[_Series]):
         return series
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Metrics:
     """What the runtime records; ``registry`` is exposed at ``/metrics``."""
 
