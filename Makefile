@@ -21,7 +21,8 @@ venv: $(VENV)/.installed
 COMPILED := $(shell $(PYTHON) -c "import tomllib; print(' '.join(tomllib.load(open('pyproject.toml', 'rb'))['tool']['xdscore']['compiled']))")
 
 $(VENV)/.compiled: $(VENV)/.installed $(shell find xdscore -name '*.py')
-	rm -rf build/mypyc
+	rm -f *__mypyc*.so
+	find xdscore -name '*.so' -delete
 	$(VENV)/bin/mypyc $(COMPILED) > build-mypyc.log 2>&1 || (tail -40 build-mypyc.log; exit 1)
 	touch $@
 
