@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from tests.compiled_build import compiled, listed
+from tests.compiled_build import ROOT, compiled, listed
 
 
 def test_the_listed_modules_are_compiled_all_or_none() -> None:
@@ -27,3 +27,14 @@ def test_a_compiled_module_keeps_the_sources_behaviour_for_subclasses() -> None:
 
     assert Named.label == "mine"
     assert issubclass(Named, XdsServer)
+
+
+def test_no_module_outside_the_list_is_compiled() -> None:
+    """A compiled module left behind by an older list would be loaded in place of its
+    source."""
+    extras = [
+        path
+        for path in (ROOT / "xdscore").rglob("*.so")
+        if str(path.relative_to(ROOT)).split(".")[0].replace("/", ".") not in listed()
+    ]
+    assert extras == []
