@@ -130,12 +130,17 @@ def connection(intake: Intake, calls: list[Call]) -> tuple[Connection, FakeTrans
 OPENING = PREFACE + settings_frame()
 
 
-async def test_a_connection_past_the_turns_share_is_read_in_a_later_turn() -> None:
-    intake = Intake(1)
+def two_opened(intake: Intake) -> tuple[Connection, FakeTransport, Connection, FakeTransport]:
+    """Two connections that sent their preface in one turn, in that order."""
     first, first_out = connection(intake, [])
     second, second_out = connection(intake, [])
     first.data_received(OPENING)
     second.data_received(OPENING)
+    return first, first_out, second, second_out
+
+
+async def test_a_connection_past_the_turns_share_is_read_in_a_later_turn() -> None:
+    first, first_out, second, second_out = two_opened(Intake(1))
     await asyncio.sleep(0)
     assert first_out.written  # its SETTINGS, answered in the turn it arrived
     assert not second_out.written  # held, unparsed
@@ -148,11 +153,7 @@ async def test_a_connection_past_the_turns_share_is_read_in_a_later_turn() -> No
 
 
 async def test_a_held_connection_that_sends_much_stops_reading() -> None:
-    intake = Intake(1)
-    first, _ = connection(intake, [])
-    second, second_out = connection(intake, [])
-    first.data_received(OPENING)
-    second.data_received(OPENING)
+    first, _, second, second_out = two_opened(Intake(1))
     second.data_received(frame(0xFF, 0, 0, bytes(16_000)) * (HELD_BYTES // 16_000 + 1))
     assert second_out.paused
     await asyncio.sleep(0)
