@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
+from typing import Any
+
 import pytest
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.core.v3 import base_pb2
@@ -32,6 +35,8 @@ from xdscore.protocol import (
 from xdscore.protocol._identity import check_node
 from xdscore.wire._client_codec import encode_delta_request, encode_request
 from xdscore.wire._codec import (
+    SHARED_REQUEST_BYTES,
+    SHARED_REQUESTS,
     decode_delta_request,
     decode_request,
     encode_delta_response,
@@ -535,3 +540,173 @@ def test_a_map_past_the_extensions_in_another_order_is_the_same_node() -> None:
     head = string_field(1, "n") + _extension("envoy.a")
     assert same_node_bytes(head + a + b, head + b + a)
     assert not same_node_bytes(head + a + b, head + a)
+
+
+# --- requests a fleet repeats ----------------------------------------------------------------
+
+_fresh = itertools.count()
+
+
+def _fresh_type() -> str:
+    """A type URL no other test decodes (the codec remembers requests across calls)."""
+    return f"type.googleapis.com/test.Shared{next(_fresh)}"
+
+
+@pytest.fixture
+def parses(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """The bytes the protobuf runtime parses as a SotW or Delta request, in order."""
+    seen: list[bytes] = []
+    for cls in (discovery_pb2.DiscoveryRequest, discovery_pb2.DeltaDiscoveryRequest):
+        original = cls.FromString
+
+        def recorded(data: bytes, original: Any = original) -> Any:
+            seen.append(data)
+            return original(data)
+
+        monkeypatch.setattr(cls, "FromString", recorded)
+    return seen
+
+
+def _other_node(name: str) -> Node:
+    return make_node(id=name, cluster="edge", metadata={"who": name})
+
+
+def test_a_fleets_requests_are_parsed_once(parses: list[bytes]) -> None:
+    """Requests that differ only in their node and nonce share one parse; each keeps its
+    own node and nonce."""
+    type_url = _fresh_type()
+    names = tuple(f"cluster-{i}" for i in range(100))
+    nodes = [_other_node(f"envoy-{i}") for i in range(3)]
+    before = len(parses)
+    for nonce in ("", "a-1.1", "a-2.7"):
+        decoded = [
+            decode_request(
+                encode_request(
+                    DiscoveryRequest(
+                        type_url=type_url,
+                        version_info="v1" if nonce else "",
+                        resource_names=names,
+                        response_nonce=nonce,
+                        node=node,
+                    )
+                )
+            )
+            for node in nodes
+        ]
+        for request, node in zip(decoded, nodes, strict=True):
+            assert request.response_nonce == nonce
+            assert request.resource_names == names
+            assert request.node == node
+            assert request.node is not None
+            assert request.node.raw == encode_node(node).SerializeToString(deterministic=True)
+    assert len(parses) == before + 2  # the first request, and the ACKs of v1
+    # Without a node or a nonce: the one record, as it is.
+    bare = encode_request(DiscoveryRequest(type_url=type_url, version_info="v2"))
+    assert decode_request(bare) is decode_request(bare)
+    assert len(parses) == before + 3
+    for nonce in ("", "d-1.1"):
+        delta = [
+            decode_delta_request(
+                encode_delta_request(
+                    DeltaDiscoveryRequest(
+                        type_url=type_url,
+                        resource_names_subscribe=names,
+                        initial_resource_versions={"cluster-1": "v0"},
+                        response_nonce=nonce,
+                        node=node,
+                    )
+                )
+            )
+            for node in nodes
+        ]
+        assert [request.node for request in delta] == nodes
+        assert {request.response_nonce for request in delta} == {nonce}
+        assert {request.resource_names_subscribe for request in delta} == {names}
+    assert len(parses) == before + 4  # (the two Delta requests differ in their nonces alone)
+
+
+def test_a_remembered_request_still_checks_its_node_and_nonce() -> None:
+    type_url = _fresh_type()
+    good = encode_request(DiscoveryRequest(type_url=type_url, response_nonce="n", node=_node()))
+    assert decode_request(good).node == _node()
+    span = leading_field(good, 2)
+    assert span is not None
+    rest = good[span[2] :]
+    broken_node = bytes_field(2, b"\x0a\x05") + rest
+    not_utf8 = good[: span[2]] + string_field(4, type_url) + bytes_field(5, b"\xff\xfe")
+    for broken in (broken_node, not_utf8):
+        with pytest.raises(RemoteProtocolError) as caught:
+            decode_request(broken)
+        assert caught.value.status == GrpcStatus.INVALID_ARGUMENT
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        # The nonce twice: the last one counts.
+        string_field(4, "t") + string_field(5, "first") + string_field(5, "second"),
+        # The nonce before the names.
+        string_field(5, "n") + string_field(3, "a") + string_field(3, "b"),
+        # A node, the nonce, then the node again, to be merged.
+        bytes_field(2, string_field(1, "n")) + string_field(5, "x") + bytes_field(2, b"\x12\x01c"),
+    ],
+    ids=["nonce-twice", "nonce-first", "node-around-nonce"],
+)
+def test_a_request_around_its_nonce_reads_as_the_runtime_reads_it(data: bytes) -> None:
+    runtime = discovery_pb2.DiscoveryRequest.FromString(data)
+    for _ in range(2):  # parsed, then perhaps remembered
+        decoded = decode_request(data)
+        assert decoded.response_nonce == runtime.response_nonce
+        assert decoded.resource_names == tuple(runtime.resource_names)
+        assert decoded.type_url == runtime.type_url
+        assert (decoded.node is None) == (not runtime.HasField("node"))
+        if decoded.node is not None:
+            assert decoded.node == decode_node(runtime.node)
+
+
+def test_the_remembered_requests_are_bounded(parses: list[bytes]) -> None:
+    first = encode_request(DiscoveryRequest(type_url=_fresh_type(), node=_node()))
+    before = len(parses)
+    decode_request(first)
+    decode_request(first)
+    assert len(parses) == before + 1
+    for _ in range(SHARED_REQUESTS):
+        decode_request(encode_request(DiscoveryRequest(type_url=_fresh_type())))
+    assert len(parses) == before + SHARED_REQUESTS + 1
+    decode_request(first)  # forgotten: parsed again
+    assert len(parses) == before + SHARED_REQUESTS + 2
+    names = tuple(f"name-{i:05}" for i in range(SHARED_REQUEST_BYTES // 10))
+    large = encode_request(DiscoveryRequest(type_url=_fresh_type(), resource_names=names))
+    assert len(large) > SHARED_REQUEST_BYTES
+    assert decode_request(large).resource_names == names
+    assert decode_request(large).resource_names == names  # not remembered: parsed again
+    assert len(parses) == before + SHARED_REQUESTS + 4
+
+
+@given(
+    names=st.lists(st.text(min_size=1, max_size=8), max_size=5, unique=True),
+    version=st.text(max_size=5),
+    ids=st.lists(st.text(min_size=1, max_size=5), min_size=1, max_size=3),
+    nonce=st.text(max_size=5),
+    error=st.booleans(),
+)
+def test_a_remembered_request_reads_as_a_fresh_parse(
+    names: list[str], version: str, ids: list[str], nonce: str, error: bool
+) -> None:
+    type_url = _fresh_type()
+    for node_id in ids:
+        request = DiscoveryRequest(
+            type_url=type_url,
+            version_info=version,
+            resource_names=tuple(names),
+            response_nonce=nonce,
+            error_detail=ErrorDetail(code=3, message="bad") if error else None,
+            node=_other_node(node_id),
+        )
+        data = encode_request(request)
+        runtime = discovery_pb2.DiscoveryRequest.FromString(data)
+        decoded = decode_request(data)
+        assert decoded == request
+        assert decoded.resource_names == tuple(runtime.resource_names)
+        assert decoded.response_nonce == runtime.response_nonce
+        assert decoded.node == decode_node(runtime.node)

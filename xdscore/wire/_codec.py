@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from typing import ParamSpec, TypeVar
+from typing import Generic, ParamSpec, TypeVar
 
+import attrs
 from envoy.service.discovery.v3 import discovery_pb2
 from google.protobuf.message import DecodeError
 
@@ -74,24 +75,119 @@ def _read(
         tag, start, end = span
         message = _parse(cls, data[:tag] + data[end:], what)
         if not message.HasField("node"):
-            raw = data[start:end]
-            try:
-                if known is not None and known.raw and same_node_bytes(raw, known.raw):
-                    return message, known
-                return message, read_node(raw)
-            except DecodeError as exc:
-                raise RemoteProtocolError(
-                    f"malformed {what}: {exc}", GrpcStatus.INVALID_ARGUMENT
-                ) from None
+            return message, _node(data[start:end], known, what)
         # The node comes again later, to be merged with the first: as the runtime reads it.
     message = _parse(cls, data, what)
     return message, decode_node(message.node) if message.HasField("node") else None
 
 
-def decode_request(data: bytes, known: Node | None = None) -> DiscoveryRequest:
-    """Decode a serialised ``DiscoveryRequest``; malformed input is a remote error.
-    ``known``: the stream's node, taken as it is when the request repeats its bytes."""
-    message, node = _read(discovery_pb2.DiscoveryRequest, data, 2, known)
+def _node(raw: bytes, known: Node | None, what: str) -> Node:
+    try:
+        if known is not None and known.raw and same_node_bytes(raw, known.raw):
+            return known
+        return read_node(raw)
+    except DecodeError as exc:
+        raise RemoteProtocolError(f"malformed {what}: {exc}", GrpcStatus.INVALID_ARGUMENT) from None
+
+
+def _cut(data: bytes, node_field: int, nonce_field: int) -> tuple[bytes, bytes | None, str] | None:
+    """A request's bytes less its node and its nonce (where :func:`leading_field` finds
+    them), the node's bytes and the nonce; ``None`` for a nonce that is not UTF-8."""
+    node: bytes | None = None
+    span = leading_field(data, node_field)
+    if span is not None:
+        tag, start, end = span
+        node = data[start:end]
+        data = data[:tag] + data[end:]
+    nonce = ""
+    span = leading_field(data, nonce_field)
+    if span is not None:
+        tag, start, end = span
+        try:
+            nonce = data[start:end].decode()
+        except UnicodeDecodeError:
+            return None  # (the runtime's parse says what is wrong)
+        data = data[:tag] + data[end:]
+    return data, node, nonce
+
+
+_Record = TypeVar("_Record", DiscoveryRequest, DeltaDiscoveryRequest)
+
+SHARED_REQUESTS = 256
+"""Requests remembered by their bytes less the node and the nonce, for each protocol."""
+SHARED_REQUEST_BYTES = 32 * 1024
+"""Longer requests (less the node and the nonce) are not remembered: 8 MiB at most."""
+
+
+class _Decoder(Generic[_Request, _Record]):
+    """Decodes one protocol's requests, each of a fleet's parsed once: its clients send the
+    same bytes but for their nodes and nonces (every Envoy of one configuration asks for the
+    same clusters, then the same endpoints, and ACKs each version with those same names).
+
+    A request is remembered without its node and nonce, by its bytes less those two."""
+
+    def __init__(
+        self,
+        message: type[_Request],
+        record: Callable[[_Request, Node | None], _Record],
+        node_field: int,
+        nonce_field: int,
+    ) -> None:
+        self._message = message
+        self._what = message.DESCRIPTOR.name
+        self._record: Callable[[_Request, Node | None], _Record] = record
+        self._node_field = node_field
+        self._nonce_field = nonce_field
+        self._records: dict[bytes, _Record] = {}
+        self._fields: tuple[str, ...] = ()
+
+    def decode(self, data: bytes, known: Node | None) -> _Record:
+        """The request ``data`` (``known``: the stream's node, see :func:`_read`)."""
+        cut = _cut(data, self._node_field, self._nonce_field)
+        if cut is not None:
+            key, node, nonce = cut
+            record = self._records.get(key)
+            if record is None:
+                message = _parse(self._message, key, self._what)
+                if not message.HasField("node") and not message.response_nonce:
+                    record = self._record(message, None)
+                    self._keep(key, record)
+            if record is not None:
+                sender = None if node is None else _node(node, known, self._what)
+                return self._completed(record, sender, nonce)
+        # A field repeated (the runtime merges the two), or a nonce that is not UTF-8.
+        message, found = _read(self._message, data, self._node_field, known)
+        return self._record(message, found)
+
+    def _keep(self, key: bytes, record: _Record) -> None:
+        if len(key) > SHARED_REQUEST_BYTES:
+            return
+        records = self._records
+        if len(records) >= SHARED_REQUESTS:
+            del records[next(iter(records))]
+        records[key] = record
+
+    def _completed(self, record: _Record, node: Node | None, nonce: str) -> _Record:
+        """``record`` with ``node`` and ``nonce``, copied field by field (the constructor
+        would check names already canonical once more)."""
+        if node is None and not nonce:
+            return record
+        if not self._fields:
+            self._fields = tuple(
+                f.name for f in attrs.fields(type(record)) if f.name not in _OWN_FIELDS
+            )
+        copy = object.__new__(type(record))
+        for name in self._fields:
+            object.__setattr__(copy, name, getattr(record, name))
+        object.__setattr__(copy, "node", node)
+        object.__setattr__(copy, "response_nonce", nonce)
+        return copy
+
+
+_OWN_FIELDS = ("node", "response_nonce")
+
+
+def _sotw_record(message: discovery_pb2.DiscoveryRequest, node: Node | None) -> DiscoveryRequest:
     return DiscoveryRequest(
         type_url=message.type_url,
         version_info=message.version_info,
@@ -102,10 +198,9 @@ def decode_request(data: bytes, known: Node | None = None) -> DiscoveryRequest:
     )
 
 
-def decode_delta_request(data: bytes, known: Node | None = None) -> DeltaDiscoveryRequest:
-    """Decode a serialised ``DeltaDiscoveryRequest``; malformed input is a remote error.
-    ``known``: the stream's node, taken as it is when the request repeats its bytes."""
-    message, node = _read(discovery_pb2.DeltaDiscoveryRequest, data, 1, known)
+def _delta_record(
+    message: discovery_pb2.DeltaDiscoveryRequest, node: Node | None
+) -> DeltaDiscoveryRequest:
     return DeltaDiscoveryRequest(
         type_url=message.type_url,
         resource_names_subscribe=tuple(message.resource_names_subscribe),
@@ -115,6 +210,22 @@ def decode_delta_request(data: bytes, known: Node | None = None) -> DeltaDiscove
         error_detail=_error(message),
         node=node,
     )
+
+
+_sotw = _Decoder(discovery_pb2.DiscoveryRequest, _sotw_record, 2, 5)
+_delta = _Decoder(discovery_pb2.DeltaDiscoveryRequest, _delta_record, 1, 6)
+
+
+def decode_request(data: bytes, known: Node | None = None) -> DiscoveryRequest:
+    """Decode a serialised ``DiscoveryRequest``; malformed input is a remote error.
+    ``known``: the stream's node, taken as it is when the request repeats its bytes."""
+    return _sotw.decode(data, known)
+
+
+def decode_delta_request(data: bytes, known: Node | None = None) -> DeltaDiscoveryRequest:
+    """Decode a serialised ``DeltaDiscoveryRequest``; malformed input is a remote error.
+    ``known``: the stream's node, taken as it is when the request repeats its bytes."""
+    return _delta.decode(data, known)
 
 
 def _control_plane(identifier: str, number: int) -> bytes:
