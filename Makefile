@@ -19,21 +19,26 @@ venv: $(VENV)/.installed
 ## The modules pyproject.toml lists under [tool.xdscore] compiled, built with mypyc beside
 ## their sources (rebuilt when any source changes); `make pure` removes the build.
 COMPILED := $(shell $(PYTHON) -c "import tomllib; print(' '.join(tomllib.load(open('pyproject.toml', 'rb'))['tool']['xdscore']['compiled']))")
+TOOLS := $(shell $(PYTHON) -c "import tomllib; print(' '.join(tomllib.load(open('pyproject.toml', 'rb'))['tool']['xdscore']['compiled-tools']))")
 
-$(VENV)/.compiled: $(VENV)/.installed $(shell find xdscore -name '*.py')
+$(VENV)/.compiled: $(VENV)/.installed $(shell find xdscore -name '*.py') $(TOOLS)
 	rm -f *__mypyc*.so
-	find xdscore -name '*.so' -delete
+	find xdscore benchmarks -name '*.so' -delete
 	$(VENV)/bin/mypyc $(COMPILED) > build-mypyc.log 2>&1 || (tail -40 build-mypyc.log; exit 1)
+	for tool in $(TOOLS); do \
+	  (cd $$(dirname $$tool) && $(abspath $(VENV))/bin/mypyc $$(basename $$tool)) >> build-mypyc.log 2>&1 \
+	    || { tail -40 build-mypyc.log; exit 1; }; \
+	done
 	# (An unchanged module's stub is copied from build/ with its old time: the tests compare
 	# the build's time with the sources'.)
-	find xdscore -name '*.so' -exec touch {} +
+	find xdscore benchmarks -name '*.so' -exec touch {} +
 	touch $@
 
 compiled: $(VENV)/.compiled
 
 pure:
 	rm -f $(VENV)/.compiled *__mypyc*.so
-	find xdscore -name '*.so' -delete
+	find xdscore benchmarks -name '*.so' -delete
 
 ## gRPC's Node.js xDS client for the integration tests, exactly as package-lock.json pins it.
 $(NODE_CLIENT)/node_modules/.installed: $(NODE_CLIENT)/package.json $(NODE_CLIENT)/package-lock.json

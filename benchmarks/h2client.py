@@ -122,7 +122,7 @@ class H2Call(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # A stream transport (uvloop's are not subclasses of asyncio's).
         self._transport = cast(asyncio.Transport, transport)
-        transport.write(_opening(self._authority, self._path))
+        self._transport.write(_opening(self._authority, self._path))
 
     def data_received(self, data: bytes) -> None:
         data = self._buffer + data if self._buffer else data
@@ -237,7 +237,7 @@ class H2Call(asyncio.Protocol):
             self._unacked = 0
 
     def _headers(self, flags: int) -> None:
-        fields = dict(self._decoder.decode(self._block))
+        fields = cast(dict[str, str], dict(self._decoder.decode(self._block)))
         self._block = b""
         if "grpc-status" in fields:
             self._end(int(fields["grpc-status"]), fields.get("grpc-message", ""))

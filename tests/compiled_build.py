@@ -10,11 +10,29 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def _settings() -> dict[str, list[str]]:
+    with (ROOT / "pyproject.toml").open("rb") as file:
+        settings: dict[str, list[str]] = tomllib.load(file)["tool"]["xdscore"]
+    return settings
+
+
 def listed() -> list[str]:
     """The modules pyproject.toml says to compile, as dotted names."""
-    with (ROOT / "pyproject.toml").open("rb") as file:
-        paths = tomllib.load(file)["tool"]["xdscore"]["compiled"]
-    return [path.removesuffix(".py").replace("/", ".") for path in paths]
+    return [path.removesuffix(".py").replace("/", ".") for path in _settings()["compiled"]]
+
+
+def tools() -> list[Path]:
+    """The tools pyproject.toml says to compile (each beside its source), as paths."""
+    return [ROOT / path for path in _settings()["compiled-tools"]]
+
+
+def built() -> list[Path]:
+    """Every compiled module in the package and beside the tools."""
+    beside = {tool.parent for tool in tools()}
+    return [
+        *(ROOT / "xdscore").rglob("*.so"),
+        *(path for where in sorted(beside) for path in where.glob("*.so")),
+    ]
 
 
 def compiled(module: str) -> bool:
@@ -24,10 +42,11 @@ def compiled(module: str) -> bool:
 
 
 def stale_sources() -> list[Path]:
-    """The sources of the package newer than its oldest compiled module (none without a
-    compiled build)."""
-    built = [path.stat().st_mtime for path in (ROOT / "xdscore").rglob("*.so")]
-    if not built:
+    """The sources of the package and the tools newer than the oldest compiled module (none
+    without a compiled build)."""
+    times = [path.stat().st_mtime for path in built()]
+    if not times:
         return []
-    oldest = min(built)
-    return sorted(p for p in (ROOT / "xdscore").rglob("*.py") if p.stat().st_mtime > oldest)
+    oldest = min(times)
+    sources = [*(ROOT / "xdscore").rglob("*.py"), *tools()]
+    return sorted(p for p in sources if p.stat().st_mtime > oldest)

@@ -4,18 +4,25 @@
 from __future__ import annotations
 
 import os
+from importlib.machinery import EXTENSION_SUFFIXES
+from pathlib import Path
 
-from tests.compiled_build import ROOT, compiled, listed
+from tests.compiled_build import ROOT, built, compiled, listed, tools
+
+
+def _tool_built(tool: Path) -> bool:
+    return any(tool.with_suffix(suffix).exists() for suffix in EXTENSION_SUFFIXES)
 
 
 def test_the_listed_modules_are_compiled_all_or_none() -> None:
     modules = listed()
     assert modules, "pyproject.toml lists no module to compile"
-    built = {module: compiled(module) for module in modules}
+    done = {module: compiled(module) for module in modules}
+    done.update({str(tool.relative_to(ROOT)): _tool_built(tool) for tool in tools()})
     if os.environ.get("XDSCORE_COMPILED") == "1":
-        assert all(built.values()), [m for m, done in built.items() if not done]
+        assert all(done.values()), [m for m, ok in done.items() if not ok]
     else:
-        assert len(set(built.values())) == 1, built
+        assert len(set(done.values())) == 1, done
 
 
 def test_a_compiled_module_keeps_the_sources_behaviour_for_subclasses() -> None:
@@ -32,9 +39,9 @@ def test_a_compiled_module_keeps_the_sources_behaviour_for_subclasses() -> None:
 def test_no_module_outside_the_list_is_compiled() -> None:
     """A compiled module left behind by an older list would be loaded in place of its
     source."""
-    extras = [
-        path
-        for path in (ROOT / "xdscore").rglob("*.so")
-        if str(path.relative_to(ROOT)).split(".")[0].replace("/", ".") not in listed()
-    ]
+    expected = {
+        *(module.replace(".", "/") for module in listed()),
+        *(str(tool.relative_to(ROOT)).removesuffix(".py") for tool in tools()),
+    }
+    extras = [path for path in built() if str(path.relative_to(ROOT)).split(".")[0] not in expected]
     assert extras == []
