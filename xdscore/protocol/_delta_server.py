@@ -309,7 +309,10 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
         check_subscribed(len(subscription.names), self._limits)
         initial = request.initial_resource_versions
         held_versions = dict(initial) if initial else _NO_VERSIONS
-        owed = frozenset(subscribe).difference((WILDCARD,), held_versions)
+        if held_versions or request.resource_names_unsubscribe:
+            owed = frozenset(subscribe).difference((WILDCARD,), held_versions)
+        else:
+            owed = subscription.names  # (the same set: every name it subscribed to, shared)
         if held_versions:
             # A reconnecting client's versions say what it holds of its collections too.
             owed -= subscription.collections

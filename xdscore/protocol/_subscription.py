@@ -85,13 +85,22 @@ class Subscription:
         wildcard_capable: bool,
     ) -> Subscription:
         """The subscription a SotW request with ``resource_names`` leaves in place."""
-        names = frozenset(resource_names)
-        if not names:
-            legacy = wildcard_capable and (previous is None or previous.legacy)
-            return _LEGACY_WILDCARD if legacy else NOTHING
-        if previous is not None and not previous.wildcard and names == previous.names:
-            return previous
-        return _shared(names - {WILDCARD}, wildcard=WILDCARD in names, legacy=False)
+        listed = _LISTS.get(resource_names)
+        if listed is None:
+            names = frozenset(resource_names)
+            if not names:
+                legacy = wildcard_capable and (previous is None or previous.legacy)
+                return _LEGACY_WILDCARD if legacy else NOTHING
+            listed = _shared(names - {WILDCARD}, wildcard=WILDCARD in names, legacy=False)
+            _LISTS.put(resource_names, listed)
+        if (
+            previous is not None
+            and not previous.wildcard
+            and not listed.wildcard
+            and (listed is previous or listed.names == previous.names)
+        ):
+            return previous  # (with what it implies)
+        return listed
 
     @classmethod
     def delta_initial(
@@ -102,11 +111,18 @@ class Subscription:
         wildcard_capable: bool,
     ) -> Subscription:
         """The subscription of the first Delta request of a type on a stream."""
+        if not unsubscribe:
+            found = _LISTS.get(subscribe)
+            if found is not None:
+                return found
         added = frozenset(subscribe)
         removed = frozenset(unsubscribe)
         if not added and not removed:
             return _LEGACY_WILDCARD if wildcard_capable else NOTHING
-        return NOTHING.delta_update(added, removed)
+        subscription = NOTHING.delta_update(added, removed)
+        if not removed:
+            _LISTS.put(subscribe, subscription)
+        return subscription
 
     def delta_update(self, subscribe: Iterable[str], unsubscribe: Iterable[str]) -> Subscription:
         """The subscription after a later Delta request (unsubscribing unknown names is a no-op)."""
@@ -135,6 +151,32 @@ _LIVE: weakref.WeakValueDictionary[_Key, Subscription] = weakref.WeakValueDictio
 """Every subscription some stream holds, by value: streams that ask the same share one
 object (its names and their strings, held once however many streams hold it), and equal
 subscriptions compare by identity first."""
+
+
+class _ListMemo:
+    """The subscription a list of names asks for (not empty: that one depends on the
+    stream's past), by the list's identity: a fleet's requests share their lists (the
+    codec parses each once), so each is read into a set and looked up once, not once a
+    stream. Holds its lists, so an identity is never reused while remembered."""
+
+    SIZE = 64
+
+    def __init__(self) -> None:
+        self._by_id: dict[int, tuple[Iterable[str], Subscription]] = {}
+
+    def get(self, names: Iterable[str]) -> Subscription | None:
+        found = self._by_id.get(id(names))
+        return found[1] if found is not None and found[0] is names else None
+
+    def put(self, names: Iterable[str], subscription: Subscription) -> None:
+        if not isinstance(names, tuple):
+            return  # (only an immutable list stays what it was)
+        if len(self._by_id) >= self.SIZE:
+            self._by_id.clear()
+        self._by_id[id(names)] = (names, subscription)
+
+
+_LISTS = _ListMemo()
 
 
 def _shared(
