@@ -160,6 +160,10 @@ class DeltaTypeState:
     nacks: int = 0
 
 
+_UNSEEN = DeltaTypeState(subscription=NOTHING, phase=Phase.IDLE)
+"""A type the client has not asked for yet (one record for every stream)."""
+
+
 @mypyc_attr(allow_interpreted_subclasses=True)
 class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResponse]):
     """The server side of one Delta stream. ``type_url`` fixes the type on per-type services.
@@ -209,7 +213,7 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
             check_names(
                 list(request.initial_resource_versions), self._limits, "initial_resource_versions"
             )
-            state = DeltaTypeState(subscription=NOTHING, phase=Phase.IDLE)
+            state = _UNSEEN
         outstanding = state.outstanding
         given = classify(
             state.phase,
@@ -228,16 +232,18 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
                 )
             elif effect is Effect.ACCEPT:
                 assert outstanding is not None
-                state = _accept(state, outstanding, events)
+                state = _accept(state, outstanding, events, move.next)
             elif effect is Effect.REJECT:
                 assert outstanding is not None
                 assert request.error_detail is not None
-                state = _reject(state, outstanding, request.error_detail, events)
+                state = _reject(state, outstanding, request.error_detail, events, move.next)
             elif effect is Effect.SUBSCRIBE:
-                state = self._subscribe(info, state, request, events)
+                state = self._subscribe(info, state, request, events, move.next)
             else:
                 raise AssertionError(f"Delta has no {effect.name} effect")
-        self._types[type_url] = evolve(state, phase=move.next)
+        if state.phase is not move.next:
+            state = evolve(state, phase=move.next)
+        self._types[type_url] = state
         return events
 
     def _subscribe(
@@ -246,11 +252,16 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
         state: DeltaTypeState,
         request: DeltaDiscoveryRequest,
         events: list[Event],
+        phase: Phase,
     ) -> DeltaTypeState:
+        """``state`` after ``request``'s names (a first request's state is in ``phase``
+        already)."""
         subscribe = request.resource_names_subscribe
         unsubscribe = request.resource_names_unsubscribe
         if state.phase is Phase.IDLE:
-            return self._subscribe_first(info, request, events)
+            return self._subscribe_first(info, request, events, phase)
+        if not subscribe and not unsubscribe:
+            return state  # (an ACK or NACK: the subscription stays)
         previous = state.subscription
         subscription = previous.delta_update(subscribe, unsubscribe)
         check_subscribed(len(subscription.names), self._limits)
@@ -299,9 +310,10 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
         return state
 
     def _subscribe_first(
-        self, info: TypeInfo, request: DeltaDiscoveryRequest, events: list[Event]
+        self, info: TypeInfo, request: DeltaDiscoveryRequest, events: list[Event], phase: Phase
     ) -> DeltaTypeState:
-        """The first request of a type: its subscription and what a reconnecting client holds."""
+        """The first request of a type: its subscription and what a reconnecting client
+        holds, in ``phase``."""
         subscribe = request.resource_names_subscribe
         subscription = Subscription.delta_initial(
             subscribe, request.resource_names_unsubscribe, wildcard_capable=info.wildcard_capable
@@ -327,7 +339,7 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
         )
         return DeltaTypeState(
             subscription=subscription,
-            phase=Phase.IDLE,
+            phase=phase,
             held_versions=held_versions,
             owed=owed,
             answered=bool(request.initial_resource_versions),
@@ -641,9 +653,10 @@ def _applied(state: DeltaTypeState, outstanding: DeltaResponse) -> _Applied:
 
 
 def _accept(
-    state: DeltaTypeState, outstanding: DeltaResponse, events: list[Event]
+    state: DeltaTypeState, outstanding: DeltaResponse, events: list[Event], phase: Phase
 ) -> DeltaTypeState:
-    """The client applied the response in flight: it now holds what it carried."""
+    """The client applied the response in flight: it now holds what it carried (and the
+    type is in ``phase``)."""
     key = (
         state.held_versions,
         state.held,
@@ -669,6 +682,7 @@ def _accept(
     )
     return evolve(
         state,
+        phase=phase,
         outstanding=None,
         held_versions=held_versions,
         held=held,
@@ -678,9 +692,14 @@ def _accept(
 
 
 def _reject(
-    state: DeltaTypeState, outstanding: DeltaResponse, error: ErrorDetail, events: list[Event]
+    state: DeltaTypeState,
+    outstanding: DeltaResponse,
+    error: ErrorDetail,
+    events: list[Event],
+    phase: Phase,
 ) -> DeltaTypeState:
-    """The client rejected the response in flight: none of its versions is sent again.
+    """The client rejected the response in flight: none of its versions is sent again (and
+    the type is in ``phase``).
 
     A rejected heartbeat changes nothing the client is known to hold (it carried no body to
     apply); only its TTLs were not restarted, which the next heartbeat does."""
@@ -694,7 +713,14 @@ def _reject(
         )
     )
     if outstanding.heartbeat:
-        return evolve(state, outstanding=None, last_error=error, nacks=state.nacks + 1, synced=None)
+        return evolve(
+            state,
+            phase=phase,
+            outstanding=None,
+            last_error=error,
+            nacks=state.nacks + 1,
+            synced=None,
+        )
     rejected = dict(state.rejected_versions)
     rejected.update({r.name: r.version for r in outstanding.resources})
     rejected.update(dict.fromkeys(outstanding.removed, _REMOVED))
@@ -707,6 +733,7 @@ def _reject(
             held_versions[resource.name] = _UNKNOWN
     return evolve(
         state,
+        phase=phase,
         outstanding=None,
         held_versions=held_versions,
         rejected_versions=rejected,

@@ -128,6 +128,10 @@ class SotwTypeState:
         return self.listed.names
 
 
+_UNSEEN = SotwTypeState(subscription=NOTHING, phase=Phase.IDLE)
+"""A type the client has not asked for yet (one record for every stream)."""
+
+
 @mypyc_attr(allow_interpreted_subclasses=True)
 class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
     """The server side of one SotW stream. ``type_url`` fixes the type on per-type services.
@@ -176,7 +180,7 @@ class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
         state = self._types.get(type_url)
         if state is None:
             check_type_count(len(self._types), self._limits)
-            state = SotwTypeState(subscription=NOTHING, phase=Phase.IDLE)
+            state = _UNSEEN
         outstanding = state.outstanding
         given = classify(
             state.phase,
