@@ -65,6 +65,7 @@ from xdscore.protocol import (
 )
 from xdscore.server import LOOPS, ClientDriver, loop_options, tune_collector
 from xdscore.wire import decode_response, make_node
+from xdscore.wire._reader import field_offset
 
 sys.path.insert(0, str(Path(__file__).parent))
 from h2client import CallEnded, H2Call
@@ -166,13 +167,13 @@ class SharedDecoder:
 
     Every client of one server gets the same resources for the same content, so SotW
     responses are keyed by (type URL, version, resource count), Delta responses by their
-    exact entries (bytes), and Delta resources by (type URL, name, version); per client only
-    the envelope is parsed (nonce, version, each entry as bytes, no resource decoded).
+    exact entries (their bytes, compared), and Delta resources by (type URL, name, version);
+    per client only the envelope is parsed (nonce, version, no resource decoded).
     """
 
     def __init__(self) -> None:
         self._sotw: OrderedDict[tuple[str, str, int], tuple[Resource, ...]] = OrderedDict()
-        self._delta_responses: OrderedDict[tuple[str, tuple[bytes, ...]], tuple[Resource, ...]]
+        self._delta_responses: OrderedDict[tuple[str, int], tuple[bytes, tuple[Resource, ...]]]
         self._delta_responses = OrderedDict()
         self._delta: dict[tuple[str, str, str], Resource] = {}
 
@@ -193,15 +194,28 @@ class SharedDecoder:
         )
 
     def delta(self, data: bytes) -> DeltaDiscoveryResponse:
-        envelope = _DELTA_ENVELOPE.FromString(data)
+        # The entries (field 2, after the version) are compared as one slice, found without
+        # parsing them: an equal slice seen before holds the same resources. (Comparing
+        # costs a third of hashing them.)
+        start, end = field_offset(data, 2), field_offset(data, 3)
+        if start is None or end is None:
+            entries, rest = None, data
+        else:
+            entries, rest = data[start:end], data[:start] + data[end:]
+        envelope = _DELTA_ENVELOPE.FromString(rest)
+        if envelope.resources:  # entries after other fields: no slice holds them all
+            entries = None
         type_url = envelope.type_url
-        key = (type_url, tuple(envelope.resources))
-        resources = self._delta_responses.get(key)
+        resources = None
+        seen = self._delta_responses.get((type_url, len(entries))) if entries else None
+        if seen is not None and seen[0] == entries:
+            resources = seen[1]
         if resources is None:
             resources = self._delta_resources(data, type_url)
-            self._delta_responses[key] = resources
-            if len(self._delta_responses) > _MEMO:
-                self._delta_responses.popitem(last=False)
+            if entries:
+                self._delta_responses[(type_url, len(entries))] = (entries, resources)
+                if len(self._delta_responses) > _MEMO:
+                    self._delta_responses.popitem(last=False)
         return DeltaDiscoveryResponse(
             type_url=type_url,
             system_version_info=envelope.system_version_info,
