@@ -44,7 +44,7 @@ from xdscore.wire._codec import (
 )
 from xdscore.wire._framing import bytes_field, string_field, varint
 from xdscore.wire._node import decode_node, encode_node, same_node, same_node_bytes
-from xdscore.wire._reader import leading_field
+from xdscore.wire._reader import WireError, field_offset, fields, leading_field
 
 # --- varint and fields ----------------------------------------------------------------------
 
@@ -507,6 +507,44 @@ def test_leading_field_finds_a_field_after_lower_ones(
     assert (tag, data[start:end]) == (len(head), node)
     assert leading_field(bytes_field(3, node) + bytes_field(2, node), 2) is None
     assert leading_field(b"\x08\x01" + bytes_field(2, node), 2) is None
+
+
+def _reference_offset(data: bytes, number: int) -> int | None:
+    """``field_offset`` by the general reader: where the first field numbered ``number`` or
+    above starts, when only length-delimited fields come before it."""
+    at = 0
+    try:
+        for field, wire_type, value in fields(data):
+            if field >= number:
+                return at
+            if wire_type != 2:
+                return None
+            assert isinstance(value, bytes)
+            at += len(varint((field << 3) | 2)) + len(varint(len(value))) + len(value)
+    except WireError:
+        return None
+    return at
+
+
+@given(
+    entries=st.lists(
+        st.tuples(st.integers(1, 40), st.binary(max_size=200) | st.integers(0, 2**40)),
+        max_size=6,
+    ),
+    number=st.integers(1, 40),
+)
+def test_field_offset_agrees_with_the_general_reader(
+    entries: list[tuple[int, bytes | int]], number: int
+) -> None:
+    """Fields numbered past 15 and payloads past 127 bytes take two-byte varints; a varint
+    field before the one looked for makes it ``None``."""
+    data = b"".join(
+        bytes_field(field, value)
+        if isinstance(value, bytes)
+        else varint(field << 3) + varint(value)
+        for field, value in entries
+    )
+    assert field_offset(data, number) == _reference_offset(data, number)
 
 
 def _extension(name: str) -> bytes:

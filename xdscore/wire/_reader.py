@@ -150,12 +150,20 @@ def field_offset(data: bytes, number: int) -> int | None:
     size = len(data)
     try:
         while at < size:
-            key, start = _varint(data, at)
+            key = data[at]
+            if key < 0x80:  # (one byte: the common case, read without a call)
+                start = at + 1
+            else:
+                key, start = _varint(data, at)
             if key >> 3 >= number:
                 return at
             if key & 7 != _LEN:
                 return None
-            length, start = _varint(data, start)
+            length = data[start] if start < size else 0x80
+            if length < 0x80:
+                start += 1
+            else:
+                length, start = _varint(data, start)
             at = start + length
     except WireError:
         return None
