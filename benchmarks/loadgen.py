@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import ctypes
 import json
 import os
 import random
@@ -547,6 +548,26 @@ def _percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
 
 
+_M_TRIM_THRESHOLD, _M_TOP_PAD = -1, -2
+"""glibc's ``mallopt`` parameters."""
+
+
+def keep_freed_memory(amount: int = 512 << 20) -> bool:
+    """Have glibc's allocator keep up to ``amount`` bytes it was given back instead of
+    returning them to the system at once (whether it could be told).
+
+    A push hands the generator a message of tens of KB a client; each is freed once read,
+    and by default glibc gives the top of its heap back past 128 KB free, so the next
+    messages fault fresh pages in: 14 % of the generator's CPU in a Delta push at 1,000
+    clients, R = 100. Kept, the pages are reused."""
+    try:
+        libc = ctypes.CDLL(None)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False  # (not glibc)
+    return bool(mallopt(_M_TRIM_THRESHOLD, amount)) and bool(mallopt(_M_TOP_PAD, 64 << 20))
+
+
 def _own_cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
@@ -557,6 +578,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     target = args.target
     os.sched_setaffinity(0, {1})
     tune_collector()  # the generator's own collector, as the servers tune theirs
+    keep_freed_memory()
     if args.server_cmd:
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
