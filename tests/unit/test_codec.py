@@ -332,6 +332,55 @@ def test_request_encoding_is_the_runtimes(
     assert encode_request(request) == _runtime_request(request)
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    subscribe=st.lists(_TEXT, max_size=6),
+    unsubscribe=st.lists(_TEXT, max_size=3),
+    versions=st.dictionaries(_TEXT, _TEXT, max_size=4),
+    type_url=st.sampled_from(["", CLUSTER, ENDPOINT]),
+    nonce=_TEXT,
+    error=st.none() | st.tuples(st.integers(-(2**31), 2**31 - 1), _TEXT),
+    node=st.sampled_from(["none", "decoded", "built"]),
+)
+def test_delta_request_encoding_reads_as_the_runtimes(
+    subscribe: list[str],
+    unsubscribe: list[str],
+    versions: dict[str, str],
+    type_url: str,
+    nonce: str,
+    error: tuple[int, str] | None,
+    node: str,
+) -> None:
+    """The hand-framed Delta request parses, with the protobuf runtime, to the message the
+    runtime builds from the same record (a map's entries may come in any order)."""
+    request = DeltaDiscoveryRequest(
+        type_url=type_url,
+        resource_names_subscribe=tuple(subscribe),
+        resource_names_unsubscribe=tuple(unsubscribe),
+        initial_resource_versions=versions,
+        response_nonce=nonce,
+        error_detail=None if error is None else ErrorDetail(code=error[0], message=error[1]),
+        node={"none": None, "decoded": _node(), "built": _BUILT_NODE}[node],
+    )
+    expected = discovery_pb2.DeltaDiscoveryRequest(
+        type_url=type_url,
+        resource_names_subscribe=subscribe,
+        resource_names_unsubscribe=unsubscribe,
+        initial_resource_versions=versions,
+        response_nonce=nonce,
+    )
+    if request.node is not None:
+        encoded_node = encode_node(request.node)
+        assert encoded_node is not None
+        expected.node.CopyFrom(encoded_node)
+    if error is not None:
+        expected.error_detail.code, expected.error_detail.message = error
+    data = encode_delta_request(request)
+    assert discovery_pb2.DeltaDiscoveryRequest.FromString(data) == expected
+    if node != "built":  # (a node decoded keeps its bytes, which a built one lacks)
+        assert decode_delta_request(data) == request
+
+
 def test_request_round_trip_minimal() -> None:
     request = DiscoveryRequest(type_url=ENDPOINT)
     decoded = decode_request(encode_request(request))

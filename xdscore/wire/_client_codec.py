@@ -53,9 +53,10 @@ def encode_request(request: DiscoveryRequest) -> bytes:
 
 
 @functools.lru_cache(maxsize=256)
-def _names_field(names: tuple[str, ...]) -> bytes:
-    """``resource_names`` (field 3), an empty name included, as repeated fields are."""
-    return b"".join([bytes_field(3, name.encode()) for name in names])
+def _names_field(names: tuple[str, ...], number: int = 3) -> bytes:
+    """A list of names as the repeated field ``number``, an empty name included, as repeated
+    fields are."""
+    return b"".join([bytes_field(number, name.encode()) for name in names])
 
 
 def _node_bytes(node: Node) -> bytes:
@@ -74,23 +75,27 @@ def _status(code: int, message: str) -> bytes:
 
 
 def encode_delta_request(request: DeltaDiscoveryRequest) -> bytes:
-    """Serialise a Delta request (the client side of the codec)."""
-    message = discovery_pb2.DeltaDiscoveryRequest(
-        type_url=request.type_url,
-        resource_names_subscribe=list(request.resource_names_subscribe),
-        resource_names_unsubscribe=list(request.resource_names_unsubscribe),
-        initial_resource_versions=dict(request.initial_resource_versions),
-        response_nonce=request.response_nonce,
-    )
-    if request.error_detail is not None:
-        message.error_detail.code = request.error_detail.code
-        message.error_detail.message = request.error_detail.message
-    data: bytes = message.SerializeToString()
+    """Serialise a Delta request (the client side of the codec), its node first as its own
+    bytes (the server recognises them unparsed), the rest in the order of the fields."""
     node = request.node
-    if node is None:
-        return data
-    # The node first (field 1), as its own bytes: the server recognises them unparsed.
-    return bytes_field(1, node.raw or _node_bytes(node)) + data
+    error = request.error_detail
+    versions = request.initial_resource_versions
+    return b"".join(
+        (
+            b"" if node is None else bytes_field(1, node.raw or _node_bytes(node)),
+            string_field(2, request.type_url),
+            _names_field(request.resource_names_subscribe, 3),
+            _names_field(request.resource_names_unsubscribe, 4),
+            b"".join(
+                bytes_field(5, string_field(1, name) + string_field(2, version))
+                for name, version in versions.items()
+            )
+            if versions
+            else b"",
+            string_field(6, request.response_nonce),
+            b"" if error is None else bytes_field(7, _status(error.code, error.message)),
+        )
+    )
 
 
 def decode_response(data: bytes) -> DiscoveryResponse:
