@@ -257,3 +257,34 @@ def test_delta_update_unsubscribing_a_name_under_wildcard_keeps_it_wanted() -> N
 def test_delta_update_resubscribing_a_name_is_idempotent() -> None:
     named = Subscription(names("a"))
     assert named.delta_update(["a"], []) == named
+
+
+_NAMES = st.lists(st.sampled_from(["a", "b", "c", WILDCARD]), max_size=4)
+
+
+@settings(max_examples=200)
+@given(
+    names=_NAMES,
+    earlier=st.none() | _NAMES,
+    implied=st.frozensets(st.sampled_from(["ns/*"]), max_size=1),
+    capable=st.booleans(),
+)
+def test_a_list_seen_before_gives_what_a_fresh_one_does(
+    names: list[str], earlier: list[str] | None, implied: frozenset[str], capable: bool
+) -> None:
+    """The subscriptions remembered by a list's identity are those a copy of the list (never
+    seen) gives, whatever the stream's previous subscription, what it implies included."""
+    shared = tuple(names)
+    previous = None
+    if earlier is not None:
+        previous = Subscription.sotw(None, tuple(earlier), wildcard_capable=capable)
+        previous = Subscription(
+            previous.names, wildcard=previous.wildcard, legacy=previous.legacy, implied=implied
+        )
+    for _ in range(2):  # the second time, from memory
+        assert Subscription.sotw(previous, shared, wildcard_capable=capable) == Subscription.sotw(
+            previous, tuple(names), wildcard_capable=capable
+        )
+        assert Subscription.delta_initial(
+            shared, (), wildcard_capable=capable
+        ) == Subscription.delta_initial(tuple(names), (), wildcard_capable=capable)
