@@ -210,9 +210,8 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
         state = self._types.get(type_url)
         if state is None:
             check_type_count(len(self._types), self._limits)
-            check_names(
-                list(request.initial_resource_versions), self._limits, "initial_resource_versions"
-            )
+            initial = request.initial_resource_versions  # (its names: a mapping's keys)
+            check_names(initial, self._limits, "initial_resource_versions")
             state = _UNSEEN
         outstanding = state.outstanding
         given = classify(

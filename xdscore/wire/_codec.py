@@ -129,6 +129,7 @@ class _Decoder(Generic[_Request, _Record]):
     def __init__(
         self,
         message: type[_Request],
+        kind: type[_Record],
         record: Callable[[_Request, Node | None], _Record],
         node_field: int,
         nonce_field: int,
@@ -139,7 +140,9 @@ class _Decoder(Generic[_Request, _Record]):
         self._node_field = node_field
         self._nonce_field = nonce_field
         self._records: dict[bytes, _Record] = {}
-        self._fields: tuple[str, ...] = ()
+        self._fields = tuple(
+            f.name for f in attrs.fields(kind) if f.name not in ("node", "response_nonce")
+        )
 
     def decode(self, data: bytes, known: Node | None) -> _Record:
         """The request ``data`` (``known``: the stream's node, see :func:`_read`)."""
@@ -172,19 +175,12 @@ class _Decoder(Generic[_Request, _Record]):
         would check names already canonical once more)."""
         if node is None and not nonce:
             return record
-        if not self._fields:
-            self._fields = tuple(
-                f.name for f in attrs.fields(type(record)) if f.name not in _OWN_FIELDS
-            )
         copy = object.__new__(type(record))
         for name in self._fields:
             object.__setattr__(copy, name, getattr(record, name))
         object.__setattr__(copy, "node", node)
         object.__setattr__(copy, "response_nonce", nonce)
         return copy
-
-
-_OWN_FIELDS = ("node", "response_nonce")
 
 
 def _sotw_record(message: discovery_pb2.DiscoveryRequest, node: Node | None) -> DiscoveryRequest:
@@ -212,8 +208,8 @@ def _delta_record(
     )
 
 
-_sotw = _Decoder(discovery_pb2.DiscoveryRequest, _sotw_record, 2, 5)
-_delta = _Decoder(discovery_pb2.DeltaDiscoveryRequest, _delta_record, 1, 6)
+_sotw = _Decoder(discovery_pb2.DiscoveryRequest, DiscoveryRequest, _sotw_record, 2, 5)
+_delta = _Decoder(discovery_pb2.DeltaDiscoveryRequest, DeltaDiscoveryRequest, _delta_record, 1, 6)
 
 
 def decode_request(data: bytes, known: Node | None = None) -> DiscoveryRequest:
