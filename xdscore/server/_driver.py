@@ -3,7 +3,7 @@
 A transport hands the driver a :class:`ByteStream` (one gRPC stream as message bytes) and
 nothing else. The driver decodes each message with the wire codec, refusing one larger
 than the limit before decoding it, feeds it to the machine, and writes what the machine
-answers, encoded. Two tasks under one task group do this: one reads, one writes, so a
+answers, encoded. Two tasks do this (see :mod:`._tasks`): one reads, one writes, so a
 peer that stops reading never stops the driver from reading, and a slow reader gets the
 latest state when it is ready, never a backlog. The driver holds no protocol rule.
 
@@ -20,8 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import traceback
-from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
 import anyio
@@ -62,6 +61,7 @@ from ._heartbeat import DEFAULT_HEARTBEAT_FRACTION, HeartbeatSchedule
 from ._metrics import Metrics, type_label
 from ._pacer import Pacer
 from ._status import NackRecord, TypeRecord
+from ._tasks import Deadline, run_pair
 from ._wakeup import Wakeup
 
 __all__ = [
@@ -76,7 +76,6 @@ __all__ = [
     "call_back",
     "checked",
     "describe",
-    "forget_frames",
     "resource_policy",
 ]
 
@@ -151,98 +150,6 @@ def checked(data: bytes, limit: int, what: str) -> bytes:
             GrpcStatus.RESOURCE_EXHAUSTED,
         )
     return data
-
-
-async def _run_pair(
-    reader: Callable[[], Awaitable[None]], writer: Callable[[], Awaitable[None]]
-) -> None:
-    """Run both loops until the writer ends or either fails; the peer going away is a clean
-    end. The reader ending (the peer closed its side) leaves the writer going.
-
-    The two tasks are an asyncio task group's (both transports run on asyncio): anyio's
-    cost three times as much, about 50 us a stream."""
-    failure: Exception | None = None
-    try:
-        async with asyncio.TaskGroup() as group:
-            reading = group.create_task(_forgetting(reader()))
-            group.create_task(_forgetting(_then_cancel(writer(), reading)))
-    except BaseExceptionGroup as errors:
-        failure = _failure(errors)
-    except asyncio.CancelledError as cancelled:
-        _clear_group_frames(cancelled)
-        forget_frames(cancelled)
-        raise
-    if failure is not None:
-        try:
-            raise failure
-        finally:
-            # Not a local of this frame, which its traceback holds: that would be a cycle.
-            del failure
-
-
-def _failure(errors: BaseExceptionGroup[BaseException]) -> Exception | None:
-    """What ended a stream whose tasks raised ``errors``: the first protocol error, else the
-    first other failure, ``None`` if the peer only went away. Every other exception's
-    frames are dropped (the task group's frame holds the group: a cycle)."""
-    members = errors.exceptions
-    failure = next((e for e in members if isinstance(e, ProtocolError)), None) or next(
-        (e for e in members if isinstance(e, Exception) and not isinstance(e, StreamClosed)),
-        None,
-    )
-    _clear_group_frames(errors)
-    for each in (errors, *members):
-        if each is not failure:
-            forget_frames(each)
-    if failure is None and not all(isinstance(e, Exception) for e in members):
-        raise errors  # (a BaseException of a task: not the stream's to swallow)
-    return failure
-
-
-def _clear_group_frames(error: BaseException) -> None:
-    """Free the locals of the finished frames ``error`` passed through: on Python 3.11 the
-    task group's exit keeps the exceptions it handled in locals of its frame, which their
-    tracebacks hold (a cycle). (This frame, still running, is left alone.)"""
-    traceback.clear_frames(error.__traceback__)
-
-
-async def _then_cancel(loop: Awaitable[None], task: asyncio.Task[None]) -> None:
-    """Run ``loop``; once it returns, cancel ``task``."""
-    await loop
-    task.cancel()
-
-
-async def _forgetting(loop: Awaitable[None]) -> None:
-    """Run ``loop``; if it is cancelled, drop the frames the cancellation holds."""
-    try:
-        await loop
-    except asyncio.CancelledError as cancelled:
-        # A cancelled task keeps its exception, and its traceback holds this stream's
-        # frames: the driver and all it refers to.
-        forget_frames(cancelled)
-        raise
-
-
-def forget_frames(error: BaseException) -> None:
-    """Clear the traceback of ``error`` and of every exception it was raised from or while
-    handling (an exception group's members too).
-
-    For an exception that ends a stream, or cancels one of its tasks, once nothing needs
-    its traceback: grpclib and anyio keep such an exception in a reference cycle, and its
-    traceback holds the stream's frames, so the stream's whole state (the driver, the state
-    machine, the last response it held) would wait for a full collection, which a busy
-    server runs rarely.
-    """
-    pending = [error]
-    seen: set[int] = set()
-    while pending:
-        each = pending.pop()
-        if id(each) in seen:
-            continue
-        seen.add(id(each))
-        each.__traceback__ = None
-        pending += [linked for linked in (each.__cause__, each.__context__) if linked is not None]
-        if isinstance(each, BaseExceptionGroup):
-            pending += each.exceptions
 
 
 @attrs.frozen
@@ -410,7 +317,7 @@ class ServerDriver(Generic[_Request, _Response]):
     async def run(self) -> None:
         """Serve until the client closes its side or goes away; raises :class:`ProtocolError`."""
         try:
-            await _run_pair(self._read, self._write)
+            await run_pair(self._read, self._write)
         finally:
             if self._cancel_watch is not None:
                 self._cancel_watch()
@@ -462,8 +369,14 @@ class ServerDriver(Generic[_Request, _Response]):
         """The first request's bytes, within ``first_request_timeout``."""
         if self._first_request_timeout <= 0:
             return await self._stream.receive()
-        with anyio.move_on_after(self._first_request_timeout):
+        deadline = Deadline(self._first_request_timeout)
+        try:
             return await self._stream.receive()
+        except asyncio.CancelledError:
+            if not deadline.passed():
+                raise
+        finally:
+            deadline.clear()
         raise RemoteProtocolError(
             f"no request within {self._first_request_timeout:g} s of opening the stream",
             GrpcStatus.DEADLINE_EXCEEDED,

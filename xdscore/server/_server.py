@@ -9,6 +9,7 @@ rule. It keeps the registry that status pages, CSDS and the metrics read.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import secrets
@@ -16,7 +17,6 @@ import time
 from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any, Literal, NoReturn
 
-import anyio
 from mypy_extensions import mypyc_attr
 
 from .._errors import GrpcStatus, RemoteProtocolError
@@ -48,6 +48,7 @@ from ._metrics import Metrics
 from ._pacer import Pacer, Pacing
 from ._rebalance import Rebalancing, Recycler
 from ._status import StreamStatus, TypeRecord, stream_status
+from ._tasks import StreamStop
 
 __all__ = ["ActiveStream", "XdsServer"]
 
@@ -57,20 +58,20 @@ log = logging.getLogger("xdscore.server")
 class ActiveStream:
     """A stream being served: its :class:`StreamInfo`, state machine and sync records."""
 
-    __slots__ = ("driver", "info", "machine", "records", "scope")
+    __slots__ = ("driver", "info", "machine", "records", "stop")
 
     def __init__(
         self,
         info: StreamInfo,
         machine: SotwServer | DeltaServer,
         records: dict[str, TypeRecord],
-        scope: anyio.CancelScope,
+        stop: StreamStop,
         driver: ServerDriver[Any, Any] | None = None,
     ) -> None:
         self.info = info
         self.machine = machine
         self.records = records
-        self.scope = scope
+        self.stop = stop
         self.driver = driver
 
 
@@ -230,7 +231,7 @@ class XdsServer:
         """End every stream and refuse new ones."""
         self._closed = True
         for stream in list(self._streams.values()):
-            stream.scope.cancel()
+            stream.stop.cancel()
 
     async def run_stream(
         self,
@@ -268,8 +269,8 @@ class XdsServer:
             lambda: f"{self.replica_id}-{stream_id}.{next(counter)}",
             type_url,
         )
-        scope = anyio.CancelScope()
-        self._streams[stream_id] = ActiveStream(info, machine, driver.records, scope, driver)
+        stop = StreamStop()
+        self._streams[stream_id] = ActiveStream(info, machine, driver.records, stop, driver)
         gauge = None
         if self.metrics is not None:
             mode = "ads" if type_url is None else "per_type"
@@ -279,21 +280,24 @@ class XdsServer:
         recycled = False
         try:
             call_back(self.callbacks.on_stream_open, info)
-            with scope:
-                if self._recycler is None:
-                    await driver.run()
-                else:
-                    recycled = await self._recycler.run(driver, info.opened_at, stream)
+            if self._recycler is None:
+                await driver.run()
+            else:
+                recycled = await self._recycler.run(driver, info.opened_at, stream)
+        except asyncio.CancelledError:
+            if not stop.caught():
+                raise
         except Exception as exc:
             error = exc
             raise
         finally:
+            stop.done()
             self._streams.pop(stream_id, None)
             if driver.admitted and not driver.synced:
                 self._syncing -= 1
             if gauge is not None:
                 gauge.dec()
-            _log_close(info, error, scope.cancel_called, recycled)
+            _log_close(info, error, stop.called, recycled)
             try:
                 self.callbacks.on_stream_close(info, error)
             except Exception:

@@ -33,8 +33,8 @@ from h2.exceptions import StreamClosedError
 
 from .._errors import GrpcStatus, ProtocolError, RemoteProtocolError, StreamClosed
 from ..protocol._state import ProtocolName
-from ..server._driver import forget_frames
 from ..server._server import XdsServer
+from ..server._tasks import forget_frames
 from ._frames import message_size, write_message
 from ._http2 import ConnectionLimits, CutReason, GuardedH2Protocol
 from ._methods import ACCEPT_BACKLOG, Method, listening_socket, served_methods

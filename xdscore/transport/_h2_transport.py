@@ -25,8 +25,8 @@ from mypy_extensions import mypyc_attr
 
 from .._errors import GrpcStatus, ProtocolError, RemoteProtocolError, StreamClosed
 from ..protocol._state import ProtocolName
-from ..server._driver import forget_frames
 from ..server._server import XdsServer
+from ..server._tasks import forget_frames
 from ._accept import Acceptor, default_max_connections
 from ._h2_connection import Call, Connection, Handler
 from ._http2 import ConnectionLimits, CutReason
