@@ -1,4 +1,4 @@
-"""The machines' ``evolve`` gives what ``attrs.evolve`` gives."""
+"""The client machines' ``evolve`` gives what ``attrs.evolve`` gives."""
 
 from __future__ import annotations
 
@@ -9,10 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from xdscore.protocol._delta_server import DeltaTypeState
+from xdscore.protocol._delta_client import DeltaClientTypeState
 from xdscore.protocol._evolve import evolve
-from xdscore.protocol._sotw_server import SotwTypeState
-from xdscore.protocol._state import Phase
+from xdscore.protocol._sotw_client import SotwClientTypeState
 from xdscore.protocol._subscription import NOTHING
 
 
@@ -28,23 +27,19 @@ class Checked:
     count: int = attrs.field(validator=attrs.validators.ge(0))
 
 
-STATES = [
-    SotwTypeState(subscription=NOTHING, phase=Phase.IDLE),
-    DeltaTypeState(subscription=NOTHING, phase=Phase.IDLE),
-    Record("a"),
-]
+STATES = [SotwClientTypeState(subscription=NOTHING), DeltaClientTypeState(), Record("a")]
 
 
 @given(
     state=st.sampled_from(STATES),
-    phase=st.sampled_from(list(Phase)),
+    acks=st.integers(0, 5),
     nonce=st.text(max_size=8),
 )
-def test_evolve_is_attrs_evolve(state: Any, phase: Phase, nonce: str) -> None:
+def test_evolve_is_attrs_evolve(state: Any, acks: int, nonce: str) -> None:
     if isinstance(state, Record):
         changes: dict[str, Any] = {"count": len(nonce), "hidden": nonce}
     else:
-        changes = {"phase": phase, "latest_nonce": nonce}
+        changes = {"acks": acks, "nonce": nonce}
     copied = evolve(state, **changes)
     assert copied == attrs.evolve(state, **changes)
     assert type(copied) is type(state)

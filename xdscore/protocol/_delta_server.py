@@ -70,9 +70,8 @@ import operator
 import weakref
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar, final
 
-import attrs
 from mypy_extensions import mypyc_attr
 
 from ..wire._names import collection_of
@@ -85,6 +84,7 @@ from ._identity import resolve_type
 from ._limits import StreamLimits, check_names, check_subscribed, check_type_count
 from ._machine import ServerMachine
 from ._ordering import Holding, plan, warming
+from ._record import KEEP, Keep, Record
 from ._shared import SharedWork
 from ._state import Effect, Input, Phase, classify, step
 from ._subscription import EVERYTHING, NOTHING, WILDCARD, Subscription
@@ -118,46 +118,149 @@ _UNKNOWN = ""
 """The version recorded in ``held_versions`` for a resource the client may or may not hold."""
 
 
-@attrs.frozen(kw_only=True)
-class DeltaResponse:
-    """A Delta response to send: changed resources and removed names of one type."""
-
-    type_url: str
-    nonce: str
-    system_version_info: str
-    resources: tuple[Resource, ...]
-    removed: tuple[str, ...]
-    ttl: bool = False
-    """Encode each resource's TTL (the client supports TTLs)."""
-    heartbeat: bool = False
-    """Encode the resources as heartbeats: name, version and TTL, no body."""
-    errors: tuple[ResourceError, ...] = ()
-    """``resource_errors``: removed names the client asked for by name, and why (for
-    clients that read them)."""
+_RESPONSE_FIELDS = (
+    "type_url",
+    "nonce",
+    "system_version_info",
+    "resources",
+    "removed",
+    "ttl",
+    "heartbeat",
+    "errors",
+)
 
 
-@attrs.frozen(kw_only=True)
-class DeltaTypeState:
-    """What one Delta stream knows about one type (see the module docstring)."""
+@final
+class DeltaResponse(Record):
+    """A Delta response to send: changed resources and removed names of one type.
 
-    subscription: Subscription
-    phase: Phase = Phase.REQUESTED
-    held_versions: Mapping[str, str] = _NO_VERSIONS
-    held: Mapping[str, Resource] = _NO_RESOURCES
-    owed: frozenset[str] = _EMPTY
-    rejected_versions: Mapping[str, str] = _NO_VERSIONS
-    last_error: ErrorDetail | None = None
-    latest_nonce: str = ""
-    answered: bool = False
-    """Whether the client has an answer for this type: a response, or the versions it
-    presented on reconnect. Until then even an empty response is due, so that a client
-    subscribed to a type with no resources does not wait out its initial fetch timeout."""
-    outstanding: DeltaResponse | None = None
-    synced: Mapping[str, Resource] | None = None
-    """The resource mapping this state was last reconciled with: unchanged, nothing to do;
-    changed, only the names the view says changed since then need a look."""
-    acks: int = 0
-    nacks: int = 0
+    ``ttl``: encode each resource's TTL (the client supports TTLs). ``heartbeat``: encode
+    the resources as heartbeats, name, version and TTL, no body. ``errors``:
+    ``resource_errors``, removed names the client asked for by name, and why (for clients
+    that read them)."""
+
+    __slots__ = _RESPONSE_FIELDS
+    _fields = _RESPONSE_FIELDS
+
+    def __init__(
+        self,
+        *,
+        type_url: str,
+        nonce: str,
+        system_version_info: str,
+        resources: tuple[Resource, ...],
+        removed: tuple[str, ...],
+        ttl: bool = False,
+        heartbeat: bool = False,
+        errors: tuple[ResourceError, ...] = (),
+    ) -> None:
+        self.type_url: Final = type_url
+        self.nonce: Final = nonce
+        self.system_version_info: Final = system_version_info
+        self.resources: Final = resources
+        self.removed: Final = removed
+        self.ttl: Final = ttl
+        self.heartbeat: Final = heartbeat
+        self.errors: Final = errors
+
+
+_STATE_FIELDS = (
+    "subscription",
+    "phase",
+    "held_versions",
+    "held",
+    "owed",
+    "rejected_versions",
+    "last_error",
+    "latest_nonce",
+    "answered",
+    "outstanding",
+    "synced",
+    "acks",
+    "nacks",
+)
+
+
+@final
+class DeltaTypeState(Record):
+    """What one Delta stream knows about one type (see the module docstring).
+
+    ``answered``: whether the client has an answer for this type, a response or the
+    versions it presented on reconnect. Until then even an empty response is due, so that
+    a client subscribed to a type with no resources does not wait out its initial fetch
+    timeout. ``synced``: the resource mapping this state was last reconciled with:
+    unchanged, nothing to do; changed, only the names the view says changed since then
+    need a look."""
+
+    __slots__ = _STATE_FIELDS
+    _fields = _STATE_FIELDS
+
+    def __init__(
+        self,
+        *,
+        subscription: Subscription,
+        phase: Phase = Phase.REQUESTED,
+        held_versions: Mapping[str, str] = _NO_VERSIONS,
+        held: Mapping[str, Resource] = _NO_RESOURCES,
+        owed: frozenset[str] = _EMPTY,
+        rejected_versions: Mapping[str, str] = _NO_VERSIONS,
+        last_error: ErrorDetail | None = None,
+        latest_nonce: str = "",
+        answered: bool = False,
+        outstanding: DeltaResponse | None = None,
+        synced: Mapping[str, Resource] | None = None,
+        acks: int = 0,
+        nacks: int = 0,
+    ) -> None:
+        self.subscription: Final = subscription
+        self.phase: Final = phase
+        self.held_versions: Final = held_versions
+        self.held: Final = held
+        self.owed: Final = owed
+        self.rejected_versions: Final = rejected_versions
+        self.last_error: Final = last_error
+        self.latest_nonce: Final = latest_nonce
+        self.answered: Final = answered
+        self.outstanding: Final = outstanding
+        self.synced: Final = synced
+        self.acks: Final = acks
+        self.nacks: Final = nacks
+
+    def evolve(
+        self,
+        *,
+        subscription: Subscription | Keep = KEEP,
+        phase: Phase | Keep = KEEP,
+        held_versions: Mapping[str, str] | Keep = KEEP,
+        held: Mapping[str, Resource] | Keep = KEEP,
+        owed: frozenset[str] | Keep = KEEP,
+        rejected_versions: Mapping[str, str] | Keep = KEEP,
+        last_error: ErrorDetail | Keep | None = KEEP,
+        latest_nonce: str | Keep = KEEP,
+        answered: bool | Keep = KEEP,
+        outstanding: DeltaResponse | Keep | None = KEEP,
+        synced: Mapping[str, Resource] | Keep | None = KEEP,
+        acks: int | Keep = KEEP,
+        nacks: int | Keep = KEEP,
+    ) -> DeltaTypeState:
+        """A copy with the fields given changed."""
+        return DeltaTypeState(
+            subscription=self.subscription if isinstance(subscription, Keep) else subscription,
+            phase=self.phase if isinstance(phase, Keep) else phase,
+            held_versions=self.held_versions if isinstance(held_versions, Keep) else held_versions,
+            held=self.held if isinstance(held, Keep) else held,
+            owed=self.owed if isinstance(owed, Keep) else owed,
+            rejected_versions=(
+                self.rejected_versions if isinstance(rejected_versions, Keep) else rejected_versions
+            ),
+            last_error=self.last_error if isinstance(last_error, Keep) else last_error,
+            latest_nonce=self.latest_nonce if isinstance(latest_nonce, Keep) else latest_nonce,
+            answered=self.answered if isinstance(answered, Keep) else answered,
+            outstanding=self.outstanding if isinstance(outstanding, Keep) else outstanding,
+            synced=self.synced if isinstance(synced, Keep) else synced,
+            acks=self.acks if isinstance(acks, Keep) else acks,
+            nacks=self.nacks if isinstance(nacks, Keep) else nacks,
+        )
 
 
 _UNSEEN = DeltaTypeState(subscription=NOTHING, phase=Phase.IDLE)
@@ -241,7 +344,7 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
             else:
                 raise AssertionError(f"Delta has no {effect.name} effect")
         if state.phase is not move.next:
-            state = evolve(state, phase=move.next)
+            state = state.evolve(phase=move.next)
         self._types[type_url] = state
         return events
 
@@ -291,8 +394,7 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
         if held_versions is not state.held_versions:
             held = {n: r for n, r in held.items() if n in held_versions}
             rejected = {n: v for n, v in rejected.items() if subscription.wants(n)}
-        state = evolve(
-            state,
+        state = state.evolve(
             subscription=subscription,
             owed=owed,
             held_versions=held_versions,
@@ -300,7 +402,7 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
             rejected_versions=rejected,
         )
         if subscription != previous:
-            state = evolve(state, synced=None)
+            state = state.evolve(synced=None)
             events.append(
                 SubscriptionChanged(
                     type_url=info.type_url, previous=previous, subscription=subscription
@@ -371,7 +473,7 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
         members = _members(view, type_url) if collections else {}
         owing, empty = _owing(state.owed, collections, members)
         if owing is not state.owed:
-            state = evolve(state, owed=owing)
+            state = state.evolve(owed=owing)
         # Streams in the same state (the same objects) get the same answer: worked out once.
         shareable = self._deny is None and not empty
         key = (
@@ -390,7 +492,7 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
                 _ANSWERS.put(key, extra, answer)
         sending, removed, recognised, absent, changed = answer
         if recognised:
-            state = evolve(state, held={**state.held, **recognised})
+            state = state.evolve(held={**state.held, **recognised})
             self._types[type_url] = state
         deferred: frozenset[str] = _EMPTY
         if self._ordered and (removed or changed):
@@ -401,7 +503,7 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
                 removed = tuple(name for name in removed if name not in decided.keep)
         synced = None if deferred else resources
         if not sending and not removed and (state.answered or deferred or subscription.empty):
-            self._types[type_url] = evolve(state, synced=synced, owed=state.owed & deferred)
+            self._types[type_url] = state.evolve(synced=synced, owed=state.owed & deferred)
             return None
         errors = self._resource_errors(
             {name: absent[name] for name in removed if name in absent}, subscription
@@ -512,8 +614,7 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
             heartbeat=heartbeat,
             errors=errors,
         )
-        self._types[type_url] = evolve(
-            state,
+        self._types[type_url] = state.evolve(
             phase=move.next,
             outstanding=response,
             latest_nonce=response.nonce,
@@ -569,7 +670,7 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
         return min(ttls) if ttls else None
 
     def _owe(self, state: DeltaTypeState, names: frozenset[str]) -> DeltaTypeState:
-        return evolve(state, owed=state.owed | names.intersection(state.held_versions))
+        return state.evolve(owed=state.owed | names.intersection(state.held_versions))
 
     def _by_alias(self, resources: Mapping[str, Resource], name: str) -> Resource | None:
         """The resource with ``name`` as an alias (aliased types: VHDS)."""
@@ -591,8 +692,7 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
         if state is None:
             return
         previous = state.subscription
-        self._types[VIRTUAL_HOST] = evolve(
-            state,
+        self._types[VIRTUAL_HOST] = state.evolve(
             subscription=evolve(previous, implied=previous.implied | new),
             owed=state.owed | new,
             synced=None,
@@ -611,7 +711,7 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
         # A rejected version is not pushed again for warming: the next different one will be.
         owed = waiting.subscription.wanted(names).difference(waiting.rejected_versions)
         if owed:
-            self._types[target] = evolve(waiting, owed=waiting.owed | owed)
+            self._types[target] = waiting.evolve(owed=waiting.owed | owed)
 
 
 @mypyc_attr(native_class=False)  # (referred to weakly: compiled classes cannot be)
@@ -679,8 +779,7 @@ def _accept(
             nonce=outstanding.nonce,
         )
     )
-    return evolve(
-        state,
+    return state.evolve(
         phase=phase,
         outstanding=None,
         held_versions=held_versions,
@@ -712,8 +811,7 @@ def _reject(
         )
     )
     if outstanding.heartbeat:
-        return evolve(
-            state,
+        return state.evolve(
             phase=phase,
             outstanding=None,
             last_error=error,
@@ -730,8 +828,7 @@ def _reject(
     for resource in outstanding.resources:
         if _wanted(state.subscription, resource.name, resource):
             held_versions[resource.name] = _UNKNOWN
-    return evolve(
-        state,
+    return state.evolve(
         phase=phase,
         outstanding=None,
         held_versions=held_versions,

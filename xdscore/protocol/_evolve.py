@@ -1,11 +1,12 @@
-"""``evolve`` for the machines' frozen state records, at half the cost of ``attrs.evolve``.
+"""``evolve`` for frozen attrs records, at half the cost of ``attrs.evolve``.
 
-Each request and response replaces a type's state with a new record (a Delta stream's
-initial sync made 21 of them, 12 on SotW), and ``attrs.evolve`` looks the class's fields up
-and goes through ``__init__`` every time (2.5 us for an 11-field record on the benchmark
-machine). Here each class gets, on first use, a function that copies every slot straight
-across, taking the changed ones from the changes (1.3 us). A class it cannot copy that way
-(validators, converters, a post-init hook, a cached hash) goes through ``attrs.evolve``.
+The client machines replace a type's state with a new record on each response, and
+``attrs.evolve`` looks the class's fields up and goes through ``__init__`` every time (2.5 us
+for an 11-field record on the benchmark machine). Here each class gets, on first use, a
+function that copies every slot straight across, taking the changed ones from the changes
+(1.3 us). A class it cannot copy that way (validators, converters, a post-init hook, a
+cached hash) goes through ``attrs.evolve``. (The server machines' states are
+:class:`~xdscore.protocol._record.Record` classes, with an ``evolve`` of their own.)
 """
 
 from __future__ import annotations

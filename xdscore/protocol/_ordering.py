@@ -35,11 +35,13 @@ from __future__ import annotations
 
 from collections.abc import Collection, Container, Iterable, Iterator, Mapping, Sequence
 from types import MappingProxyType
+from typing import Final, final
 
 import attrs
 
 from ..wire._resource import Resource
 from ..wire._typeurls import type_info
+from ._record import Record
 from ._subscription import Subscription
 from ._view import ResourceView
 
@@ -48,20 +50,35 @@ __all__ = ["Holding", "Holdings", "Plan", "blocked", "plan", "referenced", "warm
 _NOTHING: Mapping[str, Resource] = MappingProxyType({})
 
 
-@attrs.frozen
-class Holding:
-    """What one client wants and holds of one type, at one moment."""
+_HOLDING_FIELDS = ("subscription", "held", "arriving", "surviving", "removing")
 
-    subscription: Subscription
-    held: Mapping[str, Resource] = _NOTHING
-    """Acknowledged resources whose content is known."""
-    arriving: Collection[Resource] = ()
-    """What the response in flight carries."""
-    surviving: Container[str] | None = None
-    """When the response in flight replaces the whole set (SotW full state): the names it
-    carries; every other held name is going away."""
-    removing: Container[str] = frozenset()
-    """Names the response in flight removes (Delta)."""
+
+@final
+class Holding(Record):
+    """What one client wants and holds of one type, at one moment.
+
+    ``held``: acknowledged resources whose content is known; ``arriving``: what the
+    response in flight carries; ``surviving``: when the response in flight replaces the
+    whole set (SotW full state), the names it carries (every other held name is going
+    away); ``removing``: names the response in flight removes (Delta)."""
+
+    __slots__ = _HOLDING_FIELDS
+    _fields = _HOLDING_FIELDS
+
+    def __init__(
+        self,
+        subscription: Subscription,
+        held: Mapping[str, Resource] = _NOTHING,
+        *,
+        arriving: Collection[Resource] = (),
+        surviving: Container[str] | None = None,
+        removing: Container[str] = frozenset(),
+    ) -> None:
+        self.subscription: Final = subscription
+        self.held: Final = held
+        self.arriving: Final = arriving
+        self.surviving: Final = surviving
+        self.removing: Final = removing
 
     def surely(self, name: str) -> Resource | None:
         """The resource ``name`` if the client holds it and nothing in flight takes it away."""

@@ -62,20 +62,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Final, final
 
-import attrs
 from mypy_extensions import mypyc_attr
 
 from ..wire._records import DiscoveryRequest, ErrorDetail, ResourceError
 from ..wire._resource import Resource
 from ..wire._typeurls import TypeInfo, type_info
 from ._events import Event, ResponseAcked, ResponseNacked, StaleNonceSeen, SubscriptionChanged
-from ._evolve import evolve
 from ._identity import resolve_type
 from ._limits import StreamLimits, check_names, check_subscribed, check_type_count
 from ._machine import ServerMachine
 from ._ordering import Holding, plan
+from ._record import KEEP, Keep, Record
 from ._state import Effect, Input, Phase, classify, step
 from ._subscription import NO_NAMES, NOTHING, RequestedNames, Subscription
 from ._view import ResourceView, Selection
@@ -86,46 +85,143 @@ _NOTHING: Mapping[str, Resource] = MappingProxyType({})
 _NO_REASONS: Mapping[str, str] = MappingProxyType({})
 
 
-@attrs.frozen(kw_only=True)
-class SotwResponse:
-    """A response to send: ``selection`` framed with this stream's version and nonce."""
-
-    type_url: str
-    version_info: str
-    nonce: str
-    selection: Selection
-    wrapped: bool = False
-    """Encode the resources that have a TTL wrapped, with it (``Selection.sotw_wrapped_body``)."""
-    heartbeat: bool = False
-    """A heartbeat: the held version again, to restart the client's TTLs."""
-    errors: tuple[ResourceError, ...] = ()
-    """``resource_errors``: names asked for that are not sent, and why (for clients that
-    read them)."""
+_RESPONSE_FIELDS = (
+    "type_url",
+    "version_info",
+    "nonce",
+    "selection",
+    "wrapped",
+    "heartbeat",
+    "errors",
+)
 
 
-@attrs.frozen(kw_only=True)
-class SotwTypeState:
-    """What one stream knows about one type (see the module docstring)."""
+@final
+class SotwResponse(Record):
+    """A response to send: ``selection`` framed with this stream's version and nonce.
 
-    subscription: Subscription
-    phase: Phase = Phase.REQUESTED
-    listed: RequestedNames = attrs.field(default=NO_NAMES, repr=False)
-    """The ``resource_names`` of the last request, to skip re-reading an unchanged list
-    (shared by every stream that sent the same list)."""
-    held_version: str | None = None
-    held: Selection | None = None
-    rejected_version: str | None = None
-    last_error: ErrorDetail | None = None
-    latest_nonce: str = ""
-    outstanding: SotwResponse | None = None
-    owed: bool = False
-    acks: int = 0
-    nacks: int = 0
+    ``wrapped``: encode the resources that have a TTL wrapped, with it
+    (``Selection.sotw_wrapped_body``). ``heartbeat``: the held version again, to restart
+    the client's TTLs. ``errors``: ``resource_errors``, names asked for that are not sent,
+    and why (for clients that read them)."""
+
+    __slots__ = _RESPONSE_FIELDS
+    _fields = _RESPONSE_FIELDS
+
+    def __init__(
+        self,
+        *,
+        type_url: str,
+        version_info: str,
+        nonce: str,
+        selection: Selection,
+        wrapped: bool = False,
+        heartbeat: bool = False,
+        errors: tuple[ResourceError, ...] = (),
+    ) -> None:
+        self.type_url: Final = type_url
+        self.version_info: Final = version_info
+        self.nonce: Final = nonce
+        self.selection: Final = selection
+        self.wrapped: Final = wrapped
+        self.heartbeat: Final = heartbeat
+        self.errors: Final = errors
+
+
+_STATE_FIELDS = (
+    "subscription",
+    "phase",
+    "listed",
+    "held_version",
+    "held",
+    "rejected_version",
+    "last_error",
+    "latest_nonce",
+    "outstanding",
+    "owed",
+    "acks",
+    "nacks",
+)
+
+
+@final
+class SotwTypeState(Record):
+    """What one stream knows about one type (see the module docstring).
+
+    ``listed``: the ``resource_names`` of the last request, to skip re-reading an unchanged
+    list (shared by every stream that sent the same list)."""
+
+    __slots__ = _STATE_FIELDS
+    _fields = _STATE_FIELDS
+    _unshown = frozenset({"listed"})
+
+    def __init__(
+        self,
+        *,
+        subscription: Subscription,
+        phase: Phase = Phase.REQUESTED,
+        listed: RequestedNames = NO_NAMES,
+        held_version: str | None = None,
+        held: Selection | None = None,
+        rejected_version: str | None = None,
+        last_error: ErrorDetail | None = None,
+        latest_nonce: str = "",
+        outstanding: SotwResponse | None = None,
+        owed: bool = False,
+        acks: int = 0,
+        nacks: int = 0,
+    ) -> None:
+        self.subscription: Final = subscription
+        self.phase: Final = phase
+        self.listed: Final = listed
+        self.held_version: Final = held_version
+        self.held: Final = held
+        self.rejected_version: Final = rejected_version
+        self.last_error: Final = last_error
+        self.latest_nonce: Final = latest_nonce
+        self.outstanding: Final = outstanding
+        self.owed: Final = owed
+        self.acks: Final = acks
+        self.nacks: Final = nacks
 
     @property
     def requested(self) -> tuple[str, ...]:
         """The ``resource_names`` of the last request."""
         return self.listed.names
+
+    def evolve(
+        self,
+        *,
+        subscription: Subscription | Keep = KEEP,
+        phase: Phase | Keep = KEEP,
+        listed: RequestedNames | Keep = KEEP,
+        held_version: str | Keep | None = KEEP,
+        held: Selection | Keep | None = KEEP,
+        rejected_version: str | Keep | None = KEEP,
+        last_error: ErrorDetail | Keep | None = KEEP,
+        latest_nonce: str | Keep = KEEP,
+        outstanding: SotwResponse | Keep | None = KEEP,
+        owed: bool | Keep = KEEP,
+        acks: int | Keep = KEEP,
+        nacks: int | Keep = KEEP,
+    ) -> SotwTypeState:
+        """A copy with the fields given changed."""
+        return SotwTypeState(
+            subscription=self.subscription if isinstance(subscription, Keep) else subscription,
+            phase=self.phase if isinstance(phase, Keep) else phase,
+            listed=self.listed if isinstance(listed, Keep) else listed,
+            held_version=self.held_version if isinstance(held_version, Keep) else held_version,
+            held=self.held if isinstance(held, Keep) else held,
+            rejected_version=(
+                self.rejected_version if isinstance(rejected_version, Keep) else rejected_version
+            ),
+            last_error=self.last_error if isinstance(last_error, Keep) else last_error,
+            latest_nonce=self.latest_nonce if isinstance(latest_nonce, Keep) else latest_nonce,
+            outstanding=self.outstanding if isinstance(outstanding, Keep) else outstanding,
+            owed=self.owed if isinstance(owed, Keep) else owed,
+            acks=self.acks if isinstance(acks, Keep) else acks,
+            nacks=self.nacks if isinstance(nacks, Keep) else nacks,
+        )
 
 
 _UNSEEN = SotwTypeState(subscription=NOTHING, phase=Phase.IDLE)
@@ -239,7 +335,7 @@ class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
                 changes["owed"] = True
             else:
                 self._subscribe(info, state, request, events, changes)
-        self._types[type_url] = evolve(state, **changes)
+        self._types[type_url] = state.evolve(**changes)
         return events
 
     def _subscribe(
@@ -317,11 +413,11 @@ class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
         if canonical is not None and canonical is not state.subscription:
             # Share one subscription object with every stream that asks the same (the view's
             # memo key), so later look-ups compare by identity instead of by content.
-            state = evolve(state, subscription=canonical)
+            state = state.evolve(subscription=canonical)
             self._types[type_url] = state
         errors = self._sotw_errors(state.subscription, selection, denied)
         if state.held is None and state.held_version == selection.version:
-            state = evolve(state, held=selection)
+            state = state.evolve(held=selection)
             self._types[type_url] = state
         owed = state.owed or type_url in self._warming
         if not owed and selection.version == state.held_version:
@@ -376,8 +472,7 @@ class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
             heartbeat=heartbeat,
             errors=errors,
         )
-        self._types[type_url] = evolve(
-            state,
+        self._types[type_url] = state.evolve(
             phase=move.next,
             outstanding=response,
             latest_nonce=response.nonce,
@@ -425,7 +520,7 @@ class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
         return min(ttls) if ttls else None
 
     def _owe(self, state: SotwTypeState, names: frozenset[str]) -> SotwTypeState:
-        return evolve(state, owed=True)
+        return state.evolve(owed=True)
 
     def _make_before_break(
         self, type_url: str, desired: Selection, held: Selection | None, view: ResourceView
