@@ -4,7 +4,7 @@
 ``Intake`` on its own, then ``Connection`` with a transport that records what the server
 writes and whether it reads: a connection past the turn's share holds its bytes unparsed
 until a later turn, a settled connection is never held, and a message leaves as it is
-written.
+written once its call settled (with the turn's other answers before).
 """
 
 from __future__ import annotations
@@ -85,10 +85,12 @@ class FakeTransport:
 
     def __init__(self) -> None:
         self.written = bytearray()
+        self.writes = 0
         self.paused = False
 
     def write(self, data: bytes) -> None:
         self.written += data
+        self.writes += 1
 
     def pause_reading(self) -> None:
         self.paused = True
@@ -189,14 +191,33 @@ async def test_a_settled_connection_is_never_held() -> None:
 
 
 async def test_a_message_written_by_a_handler_leaves_at_once() -> None:
-    """Not at the end of the turn: a push to the first of 10,000 streams woken by a change
-    would otherwise wait for all the others."""
+    """Once the call has settled, not at the end of the turn: a push to the first of 10,000
+    streams woken by a change would otherwise wait for all the others."""
     calls: list[Call] = []
     conn, out = connection(Intake(0), calls)
     conn.data_received(OPENING + frame(HEADERS, END_HEADERS, 1, header_block(grpc_headers(ADS))))
     await asyncio.sleep(0)
     await asyncio.sleep(0)
+    calls[0].settled()
     before = len(out.written)
     assert calls[0].try_send_parts([b"response"])
     assert out.written[before:].endswith(b"response")  # written before anything else runs
+    conn.connection_lost(None)
+
+
+async def test_the_answers_of_an_initial_sync_leave_together_at_the_end_of_the_turn() -> None:
+    """A client's first requests arrive together: their answers go in one write."""
+    calls: list[Call] = []
+    conn, out = connection(Intake(0), calls)
+    conn.data_received(OPENING + frame(HEADERS, END_HEADERS, 1, header_block(grpc_headers(ADS))))
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    before, writes = len(out.written), out.writes
+    assert calls[0].try_send_parts([b"clusters"])
+    assert calls[0].try_send_parts([b"listeners"])
+    assert len(out.written) == before  # not yet
+    await asyncio.sleep(0)
+    assert out.writes == writes + 1
+    assert out.written[before:].endswith(b"listeners")
+    assert b"clusters" in out.written[before:]
     conn.connection_lost(None)

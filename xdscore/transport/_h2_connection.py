@@ -836,14 +836,23 @@ class Connection(asyncio.Protocol):
 
     def flush_now(self) -> None:
         """A message is queued: write it now, with whatever else is queued, unless frames
-        are being read (their answers go out together when the read is done).
+        are being read (their answers go out together when the read is done) or a call is
+        in its initial sync: the answers to a client's first requests, which arrive
+        together, then leave together at the end of the turn (one write a connection
+        fewer, and one wake-up of the client).
 
-        Not at the end of the turn: a cache change wakes every stream that holds what
-        changed in one turn, and the first woken (the longest connected) would otherwise
-        wait for all the others (0.1 s for 10,000 streams) before its push left.
+        Not at the end of the turn once settled: a cache change wakes every stream that
+        holds what changed in one turn, and the first woken (the longest connected) would
+        otherwise wait for all the others (0.1 s for 10,000 streams) before its push left.
         """
-        if not self._receiving:
-            self.flush()
+        if self._receiving:
+            return
+        if self.unsettled:
+            if not self._flush_scheduled:
+                self._flush_scheduled = True
+                asyncio.get_running_loop().call_soon(self.flush)
+            return
+        self.flush()
 
     def flush(self) -> None:
         self._flush_scheduled = False
