@@ -252,6 +252,23 @@ async def test_closing_the_server_cancels_its_streams() -> None:
         assert refused.value.status is GrpcStatus.UNAVAILABLE
 
 
+async def test_stopping_one_stream_ends_it_cleanly_and_the_server_goes_on() -> None:
+    async with rig() as r:
+        r.cache.set_snapshot(None, config(80))
+        client = ClientDriver(SotwClient(node=NODE), r.client_end)
+        r.group.start_soon(client.run)
+        await client.watch(CLUSTER, None)
+        await until(lambda: bool(r.recorder.responses), lambda: r.recorder.changed)
+        (stream,) = r.server.streams()
+        stream.stop.cancel()
+        await until(lambda: bool(r.outcome), lambda: r.recorder.changed)
+        assert r.outcome == [None]  # (ended with OK, not cancelled)
+        assert r.recorder.closed == [(stream.info.id, None)]
+        assert stream.stop.called
+        assert not r.server.closed
+        assert r.cache.watcher_count() == 0
+
+
 async def test_a_client_closing_its_side_still_gets_pushes_until_it_leaves() -> None:
     async with rig() as r:
         r.cache.set_snapshot(None, config(80))
