@@ -506,13 +506,9 @@ class ServerProcess:
         return pids
 
     def cpu_seconds(self) -> float:
-        """CPU seconds of the server's processes (summed)."""
-        ticks = 0
-        for pid in self._pids():
-            with contextlib.suppress(OSError), open(f"/proc/{pid}/stat") as handle:
-                fields = handle.read().rsplit(")", 1)[1].split()
-                ticks += int(fields[11]) + int(fields[12])
-        return ticks / os.sysconf("SC_CLK_TCK")
+        """CPU seconds of the server's processes (summed), to the nanosecond where Linux
+        says so: a push of 0.06 CPU-seconds read in 10 ms ticks is read to within 17 %."""
+        return sum(process_cpu_seconds(pid) for pid in self._pids())
 
     def peak_rss_mb(self) -> float:
         """Each server process's peak RSS, summed."""
@@ -566,6 +562,21 @@ def keep_freed_memory(amount: int = 512 << 20) -> bool:
     except (OSError, AttributeError):
         return False  # (not glibc)
     return bool(mallopt(_M_TRIM_THRESHOLD, amount)) and bool(mallopt(_M_TOP_PAD, 64 << 20))
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """The CPU seconds of process ``pid``: the sum of its threads' ``schedstat`` (ns), or
+    its ``stat`` (10 ms ticks, and the time of threads that ended) if that is more."""
+    ticks = 0
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/stat") as handle:
+        fields = handle.read().rsplit(")", 1)[1].split()
+        ticks = int(fields[11]) + int(fields[12])
+    exact = 0
+    with contextlib.suppress(OSError):
+        for thread in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{thread}/schedstat") as f:
+                exact += int(f.read().split()[0])
+    return max(ticks / os.sysconf("SC_CLK_TCK"), exact / 1e9)
 
 
 def _own_cpu() -> float:

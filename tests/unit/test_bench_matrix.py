@@ -9,6 +9,7 @@ process that reports its threads' CPUs). Nothing here times anything.
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ import pytest
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
 
-from loadgen import ServerProcess  # noqa: E402
+from loadgen import ServerProcess, process_cpu_seconds  # noqa: E402
 from matrix import (  # noqa: E402
     FULL,
     QUICK,
@@ -293,6 +294,46 @@ async def test_the_server_and_every_thread_it_starts_run_on_cpu_0() -> None:
         os.sched_setaffinity(0, own)
     assert server.process is not None
     assert server.process.returncode == 0
+
+
+_BURNS = """
+import sys, threading, time
+def burn(seconds):
+    start = time.thread_time()
+    while time.thread_time() - start < seconds:
+        pass
+if sys.argv[1] == "thread":
+    helper = threading.Thread(target=burn, args=(0.2,))
+    helper.start()
+    helper.join()
+burn(0.03)
+print("burnt", flush=True)
+sys.stdin.readline()
+"""
+
+
+@pytest.mark.parametrize("where", ["main", "thread"])
+def test_a_process_cpu_time_is_read_finer_than_ticks_and_counts_ended_threads(
+    where: str,
+) -> None:
+    child = subprocess.Popen(
+        [sys.executable, "-c", _BURNS, where],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline() == "burnt\n"
+        spent = process_cpu_seconds(child.pid)
+    finally:
+        child.communicate("\n", timeout=10)
+    if where == "main":
+        assert spent >= 0.03
+        # (In 10 ms ticks it would be a whole number of them.)
+        assert round(spent * 1e6) % 10_000 != 0
+    else:
+        assert spent >= 0.23  # (the ended thread's 0.2 s too)
 
 
 def _figures(**fields: float | None) -> Figures:
