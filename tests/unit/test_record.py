@@ -10,7 +10,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.compiled_build import compiled
-from xdscore.protocol import DeltaTypeState, SotwTypeState
+from xdscore.protocol import (
+    DeltaClientTypeState,
+    DeltaTypeState,
+    SotwClientTypeState,
+    SotwTypeState,
+)
 from xdscore.protocol._delta_server import DeltaResponse
 from xdscore.protocol._record import KEEP
 from xdscore.protocol._sotw_server import SotwResponse
@@ -65,6 +70,34 @@ def test_evolve_changes_what_it_is_given_and_keeps_the_rest(
 
 def changes_for(state: Any) -> st.SearchStrategy[dict[str, Any]]:
     return changes({**COMMON, **(SOTW_ONLY if isinstance(state, SotwTypeState) else DELTA_ONLY)})
+
+
+@given(
+    state=st.sampled_from(
+        [SotwClientTypeState(subscription=NOTHING), DeltaClientTypeState(wildcard=True)]
+    ),
+    nonce=st.text(max_size=6),
+    acks=st.integers(0, 9),
+    error=st.none() | st.builds(ErrorDetail, code=st.integers(1, 16), message=st.text()),
+)
+def test_a_client_state_evolves_the_same_way(
+    state: Any, nonce: str, acks: int, error: ErrorDetail | None
+) -> None:
+    evolved = state.evolve(nonce=nonce, acks=acks, last_error=error)
+    assert fields_of(evolved) == {
+        **fields_of(state),
+        "nonce": nonce,
+        "acks": acks,
+        "last_error": error,
+    }
+
+
+def test_a_client_state_left_without_a_mapping_gets_an_empty_one_of_its_own() -> None:
+    first, second = SotwClientTypeState(subscription=NOTHING), DeltaClientTypeState()
+    assert first.resources == {}
+    assert first.errors == {}
+    assert second.requested == {}
+    assert first.resources is not SotwClientTypeState(subscription=NOTHING).resources
 
 
 def test_an_unknown_field_is_refused() -> None:

@@ -30,6 +30,7 @@ requested again.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Final, final
 
 import attrs
 from mypy_extensions import mypyc_attr
@@ -39,28 +40,93 @@ from ..wire._names import canonical_names
 from ..wire._records import DeltaDiscoveryRequest, DeltaDiscoveryResponse, ErrorDetail, Node
 from ..wire._resource import Resource
 from ..wire._typeurls import type_info
-from ._evolve import evolve
+from ._record import KEEP, Keep, Record
 from ._sotw_client import Validator
 from ._subscription import WILDCARD
 
 __all__ = ["DeltaClient", "DeltaClientTypeState"]
 
 
-@attrs.frozen(kw_only=True)
-class DeltaClientTypeState:
-    """What a Delta client wants and holds of one type (see the module docstring)."""
+_STATE_FIELDS = (
+    "wildcard",
+    "legacy",
+    "requested",
+    "wildcard_received",
+    "ambiguous",
+    "errors",
+    "nonce",
+    "last_error",
+    "acks",
+    "nacks",
+)
 
-    wildcard: bool = False
-    legacy: bool = False
-    requested: Mapping[str, Resource | None] = attrs.field(factory=dict)
-    wildcard_received: Mapping[str, Resource] = attrs.field(factory=dict)
-    ambiguous: Mapping[str, Resource] = attrs.field(factory=dict)
-    errors: Mapping[str, ErrorDetail] = attrs.field(factory=dict)
-    """The server's ``resource_errors`` for requested names, by name."""
-    nonce: str = ""
-    last_error: ErrorDetail | None = None
-    acks: int = 0
-    nacks: int = 0
+
+@final
+class DeltaClientTypeState(Record):
+    """What a Delta client wants and holds of one type (see the module docstring);
+    ``errors``: the server's ``resource_errors`` for requested names, by name."""
+
+    __slots__ = _STATE_FIELDS
+    _fields = _STATE_FIELDS
+
+    def __init__(
+        self,
+        *,
+        wildcard: bool = False,
+        legacy: bool = False,
+        requested: Mapping[str, Resource | None] | None = None,
+        wildcard_received: Mapping[str, Resource] | None = None,
+        ambiguous: Mapping[str, Resource] | None = None,
+        errors: Mapping[str, ErrorDetail] | None = None,
+        nonce: str = "",
+        last_error: ErrorDetail | None = None,
+        acks: int = 0,
+        nacks: int = 0,
+    ) -> None:
+        self.wildcard: Final = wildcard
+        self.legacy: Final = legacy
+        self.requested: Final[Mapping[str, Resource | None]] = (
+            {} if requested is None else requested
+        )
+        self.wildcard_received: Final[Mapping[str, Resource]] = (
+            {} if wildcard_received is None else wildcard_received
+        )
+        self.ambiguous: Final[Mapping[str, Resource]] = {} if ambiguous is None else ambiguous
+        self.errors: Final[Mapping[str, ErrorDetail]] = {} if errors is None else errors
+        self.nonce: Final = nonce
+        self.last_error: Final = last_error
+        self.acks: Final = acks
+        self.nacks: Final = nacks
+
+    def evolve(
+        self,
+        *,
+        wildcard: bool | Keep = KEEP,
+        legacy: bool | Keep = KEEP,
+        requested: Mapping[str, Resource | None] | Keep = KEEP,
+        wildcard_received: Mapping[str, Resource] | Keep = KEEP,
+        ambiguous: Mapping[str, Resource] | Keep = KEEP,
+        errors: Mapping[str, ErrorDetail] | Keep = KEEP,
+        nonce: str | Keep = KEEP,
+        last_error: ErrorDetail | Keep | None = KEEP,
+        acks: int | Keep = KEEP,
+        nacks: int | Keep = KEEP,
+    ) -> DeltaClientTypeState:
+        """A copy with the fields given changed."""
+        return DeltaClientTypeState(
+            wildcard=self.wildcard if isinstance(wildcard, Keep) else wildcard,
+            legacy=self.legacy if isinstance(legacy, Keep) else legacy,
+            requested=self.requested if isinstance(requested, Keep) else requested,
+            wildcard_received=self.wildcard_received
+            if isinstance(wildcard_received, Keep)
+            else wildcard_received,
+            ambiguous=self.ambiguous if isinstance(ambiguous, Keep) else ambiguous,
+            errors=self.errors if isinstance(errors, Keep) else errors,
+            nonce=self.nonce if isinstance(nonce, Keep) else nonce,
+            last_error=self.last_error if isinstance(last_error, Keep) else last_error,
+            acks=self.acks if isinstance(acks, Keep) else acks,
+            nacks=self.nacks if isinstance(nacks, Keep) else nacks,
+        )
 
     def holds(self) -> dict[str, Resource]:
         """Every resource held, by name."""
@@ -118,8 +184,7 @@ class DeltaClient:
             legacy = not added and info.wildcard_capable
             state = DeltaClientTypeState(wildcard=legacy or WILDCARD in added, legacy=legacy)
         elif added:
-            state = evolve(
-                state,
+            state = state.evolve(
                 wildcard=(state.wildcard and not state.legacy) or WILDCARD in added,
                 legacy=False,
             )
@@ -131,7 +196,7 @@ class DeltaClient:
                 continue
             held = received.pop(name, None) or ambiguous.pop(name, None)
             requested[name] = held
-        state = evolve(state, requested=requested, ambiguous=ambiguous, wildcard_received=received)
+        state = state.evolve(requested=requested, ambiguous=ambiguous, wildcard_received=received)
         self._types[type_url] = state
         return self._request(type_url, subscribe=added)
 
@@ -159,8 +224,7 @@ class DeltaClient:
         if not wildcard:
             received.clear()
             ambiguous.clear()
-        self._types[type_url] = evolve(
-            state,
+        self._types[type_url] = state.evolve(
             wildcard=wildcard,
             legacy=state.legacy and wildcard,
             requested=requested,
@@ -184,8 +248,8 @@ class DeltaClient:
         error = self._problem(response, state, entries)
         if error is not None:
             detail = ErrorDetail(code=GrpcStatus.INTERNAL, message=error)
-            self._types[type_url] = evolve(
-                state, nonce=response.nonce, last_error=detail, nacks=state.nacks + 1
+            self._types[type_url] = state.evolve(
+                nonce=response.nonce, last_error=detail, nacks=state.nacks + 1
             )
             return self._request(type_url, nonce=response.nonce, error=detail)
         invalid = self._invalid(response)
@@ -199,8 +263,7 @@ class DeltaClient:
         ):
             # The common case, for each of many clients of one answer: every resource is a
             # body for a name it asked for. The dict merge is one step, not one per name.
-            self._types[type_url] = evolve(
-                state,
+            self._types[type_url] = state.evolve(
                 requested={**state.requested, **entries.by_name},
                 nonce=response.nonce,
                 last_error=None,
@@ -242,8 +305,7 @@ class DeltaClient:
                 for name, detail in errors.items()
                 if name in requested and name not in arrived
             }
-        state = evolve(
-            state,
+        state = state.evolve(
             requested=requested,
             ambiguous=ambiguous,
             wildcard_received=received,
@@ -252,9 +314,9 @@ class DeltaClient:
         )
         if invalid:
             detail = ErrorDetail(code=GrpcStatus.INTERNAL, message="; ".join(invalid.values()))
-            self._types[type_url] = evolve(state, last_error=detail, nacks=state.nacks + 1)
+            self._types[type_url] = state.evolve(last_error=detail, nacks=state.nacks + 1)
             return self._request(type_url, nonce=response.nonce, error=detail)
-        self._types[type_url] = evolve(state, last_error=None, acks=state.acks + 1)
+        self._types[type_url] = state.evolve(last_error=None, acks=state.acks + 1)
         return self._request(type_url, nonce=response.nonce)
 
     def _invalid(self, response: DeltaDiscoveryResponse) -> dict[str, str]:
@@ -275,7 +337,7 @@ class DeltaClient:
         self._node_sent = False
         requests = []
         for type_url, state in self._types.items():
-            state = evolve(state, nonce="")
+            state = state.evolve(nonce="")
             self._types[type_url] = state
             if not state.wildcard and not state.requested:
                 continue  # nothing wanted: an empty first request would mean legacy wildcard

@@ -72,6 +72,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from types import MappingProxyType
 from typing import Any, Final, TypeVar, final
 
+import attrs
 from mypy_extensions import mypyc_attr
 
 from ..wire._names import collection_of
@@ -79,7 +80,6 @@ from ..wire._records import DeltaDiscoveryRequest, ErrorDetail, ResourceError
 from ..wire._resource import Resource
 from ..wire._typeurls import ROUTE, VIRTUAL_HOST, TypeInfo, type_info
 from ._events import Event, ResponseAcked, ResponseNacked, StaleNonceSeen, SubscriptionChanged
-from ._evolve import evolve
 from ._identity import resolve_type
 from ._limits import StreamLimits, check_names, check_subscribed, check_type_count
 from ._machine import ServerMachine
@@ -430,7 +430,7 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
             # A reconnecting client's versions say what it holds of its collections too.
             owed -= subscription.collections
         if info.type_url == VIRTUAL_HOST and self.aggregated and self._namespaces:
-            subscription = evolve(subscription, implied=self._namespaces)
+            subscription = attrs.evolve(subscription, implied=self._namespaces)
             if not held_versions:
                 owed |= self._namespaces
         warm = self._warming.pop(info.type_url, _EMPTY)
@@ -693,7 +693,7 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
             return
         previous = state.subscription
         self._types[VIRTUAL_HOST] = state.evolve(
-            subscription=evolve(previous, implied=previous.implied | new),
+            subscription=attrs.evolve(previous, implied=previous.implied | new),
             owed=state.owed | new,
             synced=None,
         )

@@ -37,6 +37,7 @@ from __future__ import annotations
 import functools
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Final, final
 
 import attrs
 from mypy_extensions import mypyc_attr
@@ -46,7 +47,7 @@ from ..wire._names import canonical_names
 from ..wire._records import DiscoveryRequest, DiscoveryResponse, ErrorDetail, Node
 from ..wire._resource import Resource
 from ..wire._typeurls import type_info
-from ._evolve import evolve
+from ._record import KEEP, Keep, Record
 from ._subscription import WILDCARD, Subscription
 
 __all__ = ["SotwClientTypeState", "SotwClient", "Validator"]
@@ -55,19 +56,70 @@ Validator = Callable[[str, Sequence[Resource]], str | None]
 """Given a type URL and the resources of a response, an error message to NACK with."""
 
 
-@attrs.frozen(kw_only=True)
-class SotwClientTypeState:
-    """What the client watches and holds of one type."""
+_STATE_FIELDS = (
+    "subscription",
+    "version_info",
+    "nonce",
+    "resources",
+    "errors",
+    "last_error",
+    "acks",
+    "nacks",
+)
 
-    subscription: Subscription
-    version_info: str = ""
-    nonce: str = ""
-    resources: Mapping[str, Resource] = attrs.field(factory=dict)
-    errors: Mapping[str, ErrorDetail] = attrs.field(factory=dict)
-    """The server's ``resource_errors`` for watched names, by name."""
-    last_error: ErrorDetail | None = None
-    acks: int = 0
-    nacks: int = 0
+
+@final
+class SotwClientTypeState(Record):
+    """What the client watches and holds of one type; ``errors``: the server's
+    ``resource_errors`` for watched names, by name."""
+
+    __slots__ = _STATE_FIELDS
+    _fields = _STATE_FIELDS
+
+    def __init__(
+        self,
+        *,
+        subscription: Subscription,
+        version_info: str = "",
+        nonce: str = "",
+        resources: Mapping[str, Resource] | None = None,
+        errors: Mapping[str, ErrorDetail] | None = None,
+        last_error: ErrorDetail | None = None,
+        acks: int = 0,
+        nacks: int = 0,
+    ) -> None:
+        self.subscription: Final = subscription
+        self.version_info: Final = version_info
+        self.nonce: Final = nonce
+        self.resources: Final[Mapping[str, Resource]] = {} if resources is None else resources
+        self.errors: Final[Mapping[str, ErrorDetail]] = {} if errors is None else errors
+        self.last_error: Final = last_error
+        self.acks: Final = acks
+        self.nacks: Final = nacks
+
+    def evolve(
+        self,
+        *,
+        subscription: Subscription | Keep = KEEP,
+        version_info: str | Keep = KEEP,
+        nonce: str | Keep = KEEP,
+        resources: Mapping[str, Resource] | Keep = KEEP,
+        errors: Mapping[str, ErrorDetail] | Keep = KEEP,
+        last_error: ErrorDetail | Keep | None = KEEP,
+        acks: int | Keep = KEEP,
+        nacks: int | Keep = KEEP,
+    ) -> SotwClientTypeState:
+        """A copy with the fields given changed."""
+        return SotwClientTypeState(
+            subscription=self.subscription if isinstance(subscription, Keep) else subscription,
+            version_info=self.version_info if isinstance(version_info, Keep) else version_info,
+            nonce=self.nonce if isinstance(nonce, Keep) else nonce,
+            resources=self.resources if isinstance(resources, Keep) else resources,
+            errors=self.errors if isinstance(errors, Keep) else errors,
+            last_error=self.last_error if isinstance(last_error, Keep) else last_error,
+            acks=self.acks if isinstance(acks, Keep) else acks,
+            nacks=self.nacks if isinstance(nacks, Keep) else nacks,
+        )
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -126,7 +178,7 @@ class SotwClient:
             state = SotwClientTypeState(subscription=subscription)
         else:
             kept = {n: r for n, r in previous.resources.items() if subscription.wants(n)}
-            state = evolve(previous, subscription=subscription, resources=kept)
+            state = previous.evolve(subscription=subscription, resources=kept)
         self._types[type_url] = state
         return self._request(type_url, state, state.version_info, listed)
 
@@ -147,7 +199,7 @@ class SotwClient:
             return self._reject(state, response, indexed.error)
         if state.subscription.empty:
             # Nothing is watched: keep the old version, as Envoy does.
-            state = evolve(state, nonce=response.nonce)
+            state = state.evolve(nonce=response.nonce)
             self._types[type_url] = state
             return self._request(type_url, state, state.version_info, None)
         subscription = state.subscription
@@ -175,10 +227,9 @@ class SotwClient:
             resources = {**state.resources, **wanted}
         errors = _errors(state, response, resources, full_state)
         if invalid:
-            state = evolve(state, resources=resources, errors=errors)
+            state = state.evolve(resources=resources, errors=errors)
             return self._reject(state, response, "; ".join(invalid.values()))
-        state = evolve(
-            state,
+        state = state.evolve(
             resources=resources,
             errors=errors,
             version_info=response.version_info,
@@ -193,7 +244,7 @@ class SotwClient:
         self, state: SotwClientTypeState, response: DiscoveryResponse, error: str
     ) -> DiscoveryRequest:
         detail = ErrorDetail(code=GrpcStatus.INTERNAL, message=error)
-        state = evolve(state, nonce=response.nonce, last_error=detail, nacks=state.nacks + 1)
+        state = state.evolve(nonce=response.nonce, last_error=detail, nacks=state.nacks + 1)
         self._types[response.type_url] = state
         return self._request(response.type_url, state, state.version_info, None, error=detail)
 
@@ -214,7 +265,7 @@ class SotwClient:
         self._node_sent = False
         requests = []
         for type_url, state in self._types.items():
-            state = evolve(state, nonce="")
+            state = state.evolve(nonce="")
             self._types[type_url] = state
             if state.subscription.empty:
                 continue  # nothing wanted: an empty first request would mean legacy wildcard
