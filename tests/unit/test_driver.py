@@ -235,13 +235,18 @@ async def test_a_slow_reader_gets_the_latest_state_not_a_backlog() -> None:
         assert len(r.recorder.responses) == 2
 
 
+async def answered_once(r: Rig) -> None:
+    """A client on the rig's stream watches clusters until it has had an answer."""
+    r.cache.set_snapshot(None, config(80))
+    client = ClientDriver(SotwClient(node=NODE), r.client_end)
+    r.group.start_soon(client.run)
+    await client.watch(CLUSTER, None)
+    await until(lambda: bool(r.recorder.responses), lambda: r.recorder.changed)
+
+
 async def test_closing_the_server_cancels_its_streams() -> None:
     async with rig() as r:
-        r.cache.set_snapshot(None, config(80))
-        client = ClientDriver(SotwClient(node=NODE), r.client_end)
-        r.group.start_soon(client.run)
-        await client.watch(CLUSTER, None)
-        await until(lambda: bool(r.recorder.responses), lambda: r.recorder.changed)
+        await answered_once(r)
         r.server.close()
         await until(lambda: bool(r.outcome), lambda: r.recorder.changed)
         assert r.outcome == [None]
@@ -254,11 +259,7 @@ async def test_closing_the_server_cancels_its_streams() -> None:
 
 async def test_stopping_one_stream_ends_it_cleanly_and_the_server_goes_on() -> None:
     async with rig() as r:
-        r.cache.set_snapshot(None, config(80))
-        client = ClientDriver(SotwClient(node=NODE), r.client_end)
-        r.group.start_soon(client.run)
-        await client.watch(CLUSTER, None)
-        await until(lambda: bool(r.recorder.responses), lambda: r.recorder.changed)
+        await answered_once(r)
         (stream,) = r.server.streams()
         stream.stop.cancel()
         await until(lambda: bool(r.outcome), lambda: r.recorder.changed)

@@ -47,7 +47,7 @@ async def run_pair(
     both loops and goes on."""
     task = asyncio.current_task()
     assert task is not None
-    reading = asyncio.get_running_loop().create_task(_forgetting(reader()))
+    reading = task.get_loop().create_task(_forgetting(reader()))
     watch = _CancelOnFailure(task)
     reading.add_done_callback(watch)
     errors: list[BaseException] = []
@@ -156,7 +156,7 @@ class Deadline:
         assert task is not None
         self._task = task
         self._fired = False
-        self._timer = asyncio.get_running_loop().call_later(seconds, self._fire)
+        self._timer = task.get_loop().call_later(seconds, self._fire)
 
     def _fire(self) -> None:
         self._fired = True
