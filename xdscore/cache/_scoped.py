@@ -40,8 +40,7 @@ from ..wire._typeurls import (
     all_types,
 )
 from ._interface import Cache, Cancel, Notify
-from ._memo import budget
-from ._snapshot import select
+from ._selections import SelectionMemo
 from ._watchers import _call
 
 __all__ = ["NodeSelector", "Scope", "ScopedCache", "ScopedView", "first_match"]
@@ -51,7 +50,6 @@ GRAPH_TYPES = frozenset(
 )
 """The types references connect: hidden from a scope unless roots or reached by closure."""
 
-_MEMO_LIMIT = 4096
 _VIEWS_PER_SCOPE = 4
 """Source states a scope keeps its view of (more than one only for per-node sources)."""
 _TRIMMED_LIMIT = 65536
@@ -169,23 +167,15 @@ class _Rule:
 class _TypeView:
     """One type of a scoped view: its resources, content version and selections."""
 
-    __slots__ = ("__weakref__", "_ledger", "_memo", "resources", "versions")
+    __slots__ = ("__weakref__", "_memo", "resources", "versions")
 
     def __init__(self, resources: Mapping[str, Resource]) -> None:
         self.resources = resources
         self.versions = {name: resource.version for name, resource in resources.items()}
-        self._memo: dict[Subscription, Selection] = {}
-        self._ledger: list[int] = []
+        self._memo = SelectionMemo()
 
     def select(self, type_url: str, subscription: Subscription) -> Selection:
-        selection = self._memo.get(subscription)
-        if selection is None:
-            selection = select(type_url, self.resources, subscription)
-            if len(self._memo) < _MEMO_LIMIT and budget.take(
-                self, self._ledger, len(subscription.names) + len(selection)
-            ):
-                self._memo[subscription] = selection
-        return selection
+        return self._memo.select(type_url, self.resources, subscription)
 
 
 class ScopedView:

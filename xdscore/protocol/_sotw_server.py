@@ -398,7 +398,7 @@ class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
         allowed = selection
         if denied.keys() & selection.resources.keys():
             kept = {n: r for n, r in selection.resources.items() if n not in denied}
-            allowed = Selection.of(type_url, kept, selection.subscription)
+            allowed = Selection.of(type_url, kept)
         self._authorized[type_url] = (selection, state.subscription, allowed, denied)
         return allowed, denied
 
@@ -409,12 +409,6 @@ class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
         selection, denied = self._select(type_url, state, view)
         if selection is None:
             return None
-        canonical = selection.subscription
-        if canonical is not None and canonical is not state.subscription:
-            # Share one subscription object with every stream that asks the same (the view's
-            # memo key), so later look-ups compare by identity instead of by content.
-            state = state.evolve(subscription=canonical)
-            self._types[type_url] = state
         errors = self._sotw_errors(state.subscription, selection, denied)
         if state.held is None and state.held_version == selection.version:
             state = state.evolve(held=selection)
