@@ -12,7 +12,7 @@ from ..wire._messages import make_resource
 from ..wire._names import canonical_name
 from ..wire._records import Node
 from ..wire._resource import Resource
-from ._interface import Cancel, Notify
+from ._interface import Cache, Cancel, Notify
 from ._selections import SelectionMemo
 from ._watchers import Updates, Watchers
 
@@ -93,7 +93,7 @@ class _LinearView:
         return self._memo.select(type_url, self._resources, subscription)
 
 
-class LinearCache:
+class LinearCache(Cache):
     """Resources of one type, each set, updated or deleted on its own, served to every node.
 
     Updating one resource costs O(1) at write time; the immutable view streams read is

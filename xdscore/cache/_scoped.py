@@ -239,7 +239,7 @@ class _Audience:
         self.last: ScopedView | None = None
 
 
-class ScopedCache:
+class ScopedCache(Cache):
     """A :class:`~xdscore.cache.Cache` showing each node what its scope makes visible of
     ``source``.
 

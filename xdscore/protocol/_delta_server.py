@@ -161,6 +161,21 @@ class DeltaResponse(Record):
         self.heartbeat: Final = heartbeat
         self.errors: Final = errors
 
+    @property
+    def version(self) -> str:
+        """The version this response carries (``system_version_info``)."""
+        return self.system_version_info
+
+    @property
+    def heartbeats(self) -> int:
+        """How many resources this response heartbeats (0: it is no heartbeat)."""
+        return len(self.resources) if self.heartbeat else 0
+
+    @property
+    def carries_ttl(self) -> bool:
+        """Whether it sends a resource with a TTL to a client that reads TTLs."""
+        return self.ttl and any(resource.ttl is not None for resource in self.resources)
+
 
 _STATE_FIELDS = (
     "subscription",

@@ -127,6 +127,21 @@ class SotwResponse(Record):
         self.heartbeat: Final = heartbeat
         self.errors: Final = errors
 
+    @property
+    def version(self) -> str:
+        """The version this response carries (``version_info``)."""
+        return self.version_info
+
+    @property
+    def heartbeats(self) -> int:
+        """How many resources this response heartbeats (0: it is no heartbeat)."""
+        return len(self.selection) if self.heartbeat else 0
+
+    @property
+    def carries_ttl(self) -> bool:
+        """Whether a resource it sends has a TTL."""
+        return self.selection.shortest_ttl is not None
+
 
 _STATE_FIELDS = (
     "subscription",

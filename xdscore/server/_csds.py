@@ -20,8 +20,9 @@ from ..wire._csds import (
     encode_status_response,
 )
 from ..wire._messages import redacted
-from ._driver import ByteStream, checked
+from ._codecs import checked
 from ._status import ResourceStatus, SyncState, TypeStatus, resource_statuses, stream_status
+from ._stream import ByteStream
 
 if TYPE_CHECKING:
     from ._server import XdsServer

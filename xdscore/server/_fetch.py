@@ -42,8 +42,10 @@ from ..wire._typeurls import type_info
 from ._authorization import PeerIdentity
 from ._callbacks import StreamInfo
 from ._catch_up import presents_unknown
-from ._driver import SOTW, call_back, checked, describe, resource_policy
+from ._codecs import SOTW, checked
 from ._metrics import type_label
+from ._observer import call_back, describe
+from ._session import resource_policy
 
 if TYPE_CHECKING:
     from ._server import XdsServer

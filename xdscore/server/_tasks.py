@@ -82,15 +82,17 @@ async def run_pair(
 
 
 async def _finish(reading: asyncio.Task[None], task: asyncio.Task[object]) -> None:
-    """Cancel the reader and wait for it to end; a cancellation of ``task`` goes on."""
+    """Cancel the reader and wait for it to end; a cancellation of ``task`` goes on.
+
+    The reader's error stays in its task, for the caller to read: awaiting the task would
+    raise it here, and its traceback would then hold this frame, which holds the task that
+    holds the error (a cycle, keeping the stream's whole state until a full collection)."""
     reading.cancel()
     try:
-        await reading
+        await asyncio.wait((reading,))
     except asyncio.CancelledError:
         if task.cancelling():
             raise
-    except BaseException:
-        pass  # (its error is the task's: read by the caller)
 
 
 def _raise_first(errors: list[BaseException]) -> None:

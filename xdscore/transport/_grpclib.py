@@ -34,6 +34,7 @@ from h2.exceptions import StreamClosedError
 from .._errors import GrpcStatus, ProtocolError, RemoteProtocolError, StreamClosed
 from ..protocol._state import ProtocolName
 from ..server._server import XdsServer
+from ..server._stream import ByteStream
 from ..server._tasks import forget_frames
 from ._frames import message_size, write_message
 from ._http2 import ConnectionLimits, CutReason, GuardedH2Protocol
@@ -279,7 +280,7 @@ class GrpclibTransport:
         await self.stop()
 
 
-class _GrpclibStream:
+class _GrpclibStream(ByteStream):
     """One grpclib stream as message bytes; the client going away is :class:`StreamClosed`.
 
     A message longer than ``limit`` bytes is refused from its prefix, before its body is
