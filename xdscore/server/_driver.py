@@ -139,7 +139,6 @@ class ServerDriver(Generic[_Request, _Response]):
                 raise
         finally:
             deadline.clear()
-            del deadline  # (an error's traceback holds this frame: not the task, too)
         raise RemoteProtocolError(
             f"no request within {timeout:g} s of opening the stream",
             GrpcStatus.DEADLINE_EXCEEDED,
