@@ -5,8 +5,11 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+import re
+import ssl
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from pythonjsonlogger.json import JsonFormatter
@@ -19,16 +22,25 @@ __all__ = [
     "QUIET_LOGGERS",
     "address",
     "connect_etcd",
+    "directory_problem",
     "duration",
     "fraction",
     "non_negative",
     "positive",
+    "readable",
     "set_up_logging",
+    "ssl_problem",
 ]
 
 EXIT_OK = 0
+"""Done: served until told to stop, nothing of ERROR severity found, the answer printed."""
 EXIT_FAILED = 1
+"""The command ran and could not do its work: a configuration refused (it does not parse,
+its references dangle, it holds nothing, ERROR findings), an address it cannot listen on, a
+server it cannot reach."""
 EXIT_USAGE = 2
+"""The command line is wrong: an unknown flag, a bad value, flags that do not go together,
+or a file or directory it names that does not exist or does not load (TLS files, DIR)."""
 
 QUIET_LOGGERS = ("grpclib", "h2", "hpack", "uvicorn", "watchfiles", "asyncio")
 """Libraries whose debug output (frame dumps, each file event) stays off unless named."""
@@ -50,6 +62,27 @@ def connect_etcd(url: str, cannot: str) -> Any:
     except EtcdError as exc:
         print(f"xdscore: {cannot}: {exc}", file=sys.stderr)
         return EXIT_FAILED
+
+
+def directory_problem(path: Path) -> str | None:
+    """Why ``path`` is no directory a command can read (``None``: it is one)."""
+    if path.is_dir():
+        return None
+    return "not a directory" if path.exists() else "no such directory"
+
+
+def readable(flag: str, path: Path) -> None:
+    """Raise :class:`ValueError` naming ``flag`` and ``path`` when the file cannot be read."""
+    try:
+        with path.open("rb"):
+            pass
+    except OSError as exc:
+        raise ValueError(f"{flag} {path}: {exc.strerror or exc}") from None
+
+
+def ssl_problem(error: ssl.SSLError) -> str:
+    """What OpenSSL said, without the line of CPython's source it came from."""
+    return re.sub(r"\s*\(_ssl\.c:\d+\)$", "", str(error.strerror or error))
 
 
 def address(text: str) -> tuple[str, int]:

@@ -1,7 +1,14 @@
 """The server runtime on anyio: the stream registry, the stream driver and callbacks."""
 
 from ._admission import PushSlots, ServerLimits
-from ._authorization import Authorizer, PeerIdentity, ResourceAuthorizer, SpiffeNodePolicy
+from ._authorization import (
+    Authorizer,
+    OperatorCheck,
+    PeerIdentity,
+    ResourceAuthorizer,
+    SpiffeNodePolicy,
+    SpiffeOperators,
+)
 from ._callbacks import ServerCallbacks, StreamInfo
 from ._catch_up import DEFAULT_CATCH_UP_TIMEOUT, CatchUp
 from ._collector import DEFAULT_YOUNG_THRESHOLD, tune_collector
@@ -28,6 +35,7 @@ __all__ = [
     "Metrics",
     "NackRecord",
     "OnResponse",
+    "OperatorCheck",
     "Pacing",
     "PeerIdentity",
     "PushSlots",
@@ -36,6 +44,7 @@ __all__ = [
     "ServerDriver",
     "ServerLimits",
     "SpiffeNodePolicy",
+    "SpiffeOperators",
     "StreamInfo",
     "StreamStatus",
     "SyncState",
