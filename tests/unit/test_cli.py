@@ -244,7 +244,8 @@ def test_analyze_fails_on_every_directory_serve_refuses_with_the_same_status(
     refused = capsys.readouterr().err
     assert f"cannot serve {directory}" in refused
     assert main(["analyze", str(directory)]) == status
-    assert str(directory) in capsys.readouterr().err
+    said = capsys.readouterr()
+    assert str(directory) in said.out + said.err
 
 
 def test_analyze_on_an_empty_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

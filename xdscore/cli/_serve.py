@@ -404,7 +404,7 @@ def _binding_check(authorize: SpiffeNodePolicy | None) -> Callable[[ScopesFile],
         return (
             f"{selecting}, but --node-from-spiffe binds only the "
             f"{_words(sorted(authorize.bound_fields))}: any client with a valid certificate "
-            f"could claim {_words(free)} and be served another tenant's scope. Bind "
+            f"could claim any {_words(free)} and be served another tenant's scope. Bind "
             f"{'it' if len(free) == 1 else 'them'} too (--bind-field {example}), or select "
             "nodes by the bound fields only"
         )
