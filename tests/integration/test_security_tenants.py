@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import sys
 import textwrap
 from collections.abc import AsyncIterator, Callable
@@ -139,6 +140,8 @@ class Plane:
     ca: CertificateAuthority
     port: int
     admin_port: int
+    certs: Path
+    config: Path
 
     @property
     def target(self) -> str:
@@ -228,7 +231,7 @@ async def plane(
     port, admin = free_port(), free_port()
     flags = ("--bind-field", "cluster={namespace}", "--operator-id", OPERATOR)
     async with serving(serve_command(config, certs, port, admin, *flags)) as served:
-        yield Plane(served, ca, port, admin)
+        yield Plane(served, ca, port, admin, certs, config)
         assert not [line for line in served.lines if "Traceback" in line], served.lines
 
 
@@ -444,6 +447,43 @@ async def test_csds_tells_a_tenant_about_its_own_node_and_the_operator_about_all
         assert await client_status(plane, plane.tenant("stranger").certificate) == []
         operator = plane.ca.client(OPERATOR)
         assert await client_status(plane, operator) == ["edge.team-a", "edge.team-b"]
+        # The same through the command line, as an operator and as a tenant.
+        assert await status_command(plane, operator) == ["edge.team-a", "edge.team-b"]
+        assert await status_command(plane, team_a.certificate) == ["edge.team-a"]
+
+
+async def status_command(plane: Plane, certificate: Issued) -> list[str]:
+    """The node ids ``xdscore status`` lists, run with ``certificate``."""
+    directory = plane.certs / f"status-{certificate.serial}"
+    directory.mkdir()
+    files = certificate.write(directory, "client")
+    command = [
+        sys.executable, "-m", "xdscore", "status", "--server", plane.target, "--format", "json",
+        "--tls-ca", str(plane.certs / "ca.crt"),
+        "--tls-cert", str(files.cert), "--tls-key", str(files.key),
+    ]  # fmt: skip
+    done = await anyio.run_process(command, check=False)
+    assert done.returncode == 0, done.stderr
+    return sorted(proxy["node"] for proxy in json.loads(done.stdout))
+
+
+async def test_a_scopes_edit_selecting_an_unbound_field_is_refused(plane: Plane) -> None:
+    """Edited while serving, scopes.yaml is checked as at start: refused, logged, and the
+    scopes being served stay."""
+    scopes = plane.config / "scopes.yaml"
+    by_tier = SCOPES_BY_CLUSTER.replace("{cluster: team-b}", "{metadata: {tier: b}}")
+    scopes.write_text(by_tier)
+    try:
+        await plane.served.logged("refused scopes.yaml; still serving the last good scopes")
+        [line] = [line for line in plane.served.lines if "refused scopes.yaml" in line]
+        assert "scope 'team-b' selects nodes by metadata.tier" in line
+        # team-b's node is still in team-b's scope (by cluster), and sees its own key.
+        tenant = plane.tenant("team-b")
+        outcome = await sotw(plane, tenant, "team-b", BOTH, lambda got: key_of("team-b") in got)
+        assert outcome.holds("team-b")
+        assert not outcome.holds("team-a")
+    finally:
+        scopes.write_text(SCOPES_BY_CLUSTER)
 
 
 async def test_scopes_selecting_a_field_the_binding_leaves_free_are_refused(
