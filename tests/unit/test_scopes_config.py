@@ -5,12 +5,19 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import attrs
 import pytest
 from google.protobuf import json_format
 
-from xdscore import CLUSTER
-from xdscore.analysis import SCOPE_EMPTY, SCOPE_SHADOWED, SCOPE_UNMATCHED_EGRESS, analyze_scopes
-from xdscore.cache import NodeSelector, Scope, SnapshotCache, Unselected, same_for_all
+from xdscore import CLUSTER, SECRET, builders, make_resource
+from xdscore.analysis import (
+    SCOPE_EMPTY,
+    SCOPE_SHADOWED,
+    SCOPE_SHARED_SECRET,
+    SCOPE_UNMATCHED_EGRESS,
+    analyze_scopes,
+)
+from xdscore.cache import NodeSelector, Scope, Snapshot, SnapshotCache, Unselected, same_for_all
 from xdscore.config import (
     ConfigError,
     ScopesFile,
@@ -19,9 +26,12 @@ from xdscore.config import (
     parse_scopes,
     reload_scopes,
 )
-from xdscore.wire import make_node
+from xdscore.wire import all_types, make_node
 
+from ..factories import secret, tls_cluster
 from ..scope_mesh import mesh_resources, mesh_snapshot
+
+TYPES = [info.type_url for info in all_types()]
 
 FORM = """
 scopes:
@@ -165,3 +175,31 @@ def test_analysis_codes() -> None:
         (SCOPE_EMPTY, "empty"),
     ]
     assert all(d.where == "scopes.yaml" for d in report)
+
+
+def test_a_private_secret_two_scopes_see_is_reported() -> None:
+    """XDS015: a key every scope's proxies can read crosses the boundary scopes draw."""
+    resources = mesh_resources(["a", "b", "shared"], tls=["a", "b", "shared"])
+    key = secret("shared-key")
+    key.tls_certificate.private_key.inline_string = "PRIVATE KEY"
+    resources += [
+        make_resource(key),
+        make_resource(tls_cluster("shared/keyed", certificates=["shared-key"])),
+        make_resource(builders.load_assignment("shared/keyed", [("127.0.0.1", 8000)])),
+    ]
+    snapshot = Snapshot(resources, types=TYPES)
+    scopes = [
+        Scope(name="a", nodes={"cluster": "a"}, egress=("a/*", "shared/*")),
+        Scope(name="b", nodes={"cluster": "b"}, egress=("b/*", "shared/*")),
+        Scope(name="alone", nodes={"cluster": "c"}, egress="b/*"),
+    ]
+    report = analyze_scopes(scopes, snapshot, where="scopes.yaml")
+    # shared-cert is seen by both, but holds no private part; a-cert and b-cert by one each.
+    (found,) = [d for d in report if d.code == SCOPE_SHARED_SECRET]
+    assert (found.type_url, found.name) == (SECRET, "shared-key")
+    assert found.message == (
+        "secret 'shared-key' holds private parts (a key, a password) and scopes 'a', 'b' all "
+        "see it: the proxies of each can read it"
+    )
+    narrower = [scopes[0], attrs.evolve(scopes[1], egress=("b/*",))]
+    assert not [d for d in analyze_scopes(narrower, snapshot) if d.code == SCOPE_SHARED_SECRET]
