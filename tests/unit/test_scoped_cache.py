@@ -84,6 +84,9 @@ def test_a_node_no_scope_selects_gets_nothing_by_default() -> None:
     selection = view.select(SECRET, named)
     assert selection is not None
     assert len(selection) == 0
+    # The empty view lives as long as the process: it keeps no selection (nor, so, any
+    # subscription a client sent).
+    assert view.select(SECRET, named) is not selection
 
 
 def test_with_default_everything_an_unscoped_node_sees_the_source() -> None:

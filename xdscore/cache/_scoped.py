@@ -701,7 +701,20 @@ class ScopedCache:
 
 _REGISTERED = tuple(info.type_url for info in all_types())
 
-_NOTHING = ScopedView("", {type_url: _TypeView(MappingProxyType({})) for type_url in _REGISTERED})
+
+class _EmptyTypeView(_TypeView):
+    """A type with no resource: its selections are not kept (this view lives as long as the
+    process, and a subscription kept in a memo would too)."""
+
+    __slots__ = ()
+
+    def select(self, type_url: str, subscription: Subscription) -> Selection:
+        return select(type_url, self.resources, subscription)
+
+
+_NOTHING = ScopedView(
+    "", {type_url: _EmptyTypeView(MappingProxyType({})) for type_url in _REGISTERED}
+)
 """What a node gets that no scope selects, by default: every registered type, empty."""
 
 

@@ -27,6 +27,7 @@ import attrs
 import yaml
 
 from ..analysis import Report, analyze_scopes
+from ..cache._interface import Cache
 from ..cache._scoped import NodeSelector, Scope, ScopedCache, Unselected
 from ..cache._snapshot import Snapshot
 from ..wire._resource import Resource
@@ -62,7 +63,7 @@ class ScopesFile:
     scopes: tuple[Scope, ...] = ()
     default: Unselected | str = Unselected.EVERYTHING
 
-    def cache(self, source: Any) -> ScopedCache:
+    def cache(self, source: Cache) -> ScopedCache:
         """A :class:`~xdscore.cache.ScopedCache` over ``source`` serving these scopes."""
         return ScopedCache(source, self.scopes, default=self.default)
 
