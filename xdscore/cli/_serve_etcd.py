@@ -20,9 +20,9 @@ from ..cache import SnapshotCache, same_for_all
 from ..etcd import EtcdSource
 from ..server import Rebalancing, XdsServer, tune_collector
 from ..transport import CertificateFiles
-from . import _workers
+from . import _identity, _workers
 from ._common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, connect_etcd
-from ._serve import TRANSPORTS, _security, _start_admin
+from ._serve import TRANSPORTS, _start_admin
 
 __all__ = ["run_etcd"]
 
@@ -32,7 +32,7 @@ log = logging.getLogger("xdscore")
 async def run_etcd(args: argparse.Namespace) -> int:
     """Run ``serve --etcd`` until SIGINT or SIGTERM; the exit status."""
     try:
-        security = _security(args)
+        security = _identity.security(args)
     except ValueError as exc:
         print(f"xdscore: cannot serve with these TLS settings: {exc}", file=sys.stderr)
         return EXIT_USAGE
