@@ -320,6 +320,8 @@ class ScopedCache:
     ) -> None:
         self.source = source
         self._default: Unselected | str = Unselected.NOTHING
+        self._passes_unselected = False
+        """Whether a node no scope selects sees the source as it is (``EVERYTHING``)."""
         if group is None:
             key = getattr(source, "key", None)
             group = key if callable(key) else _each_node
@@ -377,6 +379,7 @@ class ScopedCache:
         if isinstance(default, str) and default not in names:
             raise ValueError(f"the default scope {default!r} is not one of the scopes {names}")
         old_default, self._default = self._default, default
+        self._passes_unselected = default is Unselected.EVERYTHING
         self._scopes = scopes
         old_rules = self._rules
         self._rules = {scope.name: _Rule(scope) for scope in self._scopes}
@@ -443,14 +446,11 @@ class ScopedCache:
     def view(self, node: Node) -> ResourceView | None:
         """What ``node``'s scope sees now; for a node in no scope, nothing (an empty view)
         or the source's own view, as ``default`` says."""
-        return self._resolved(self.scope_of(node), self.source.view(node))
-
-    def _resolved(self, name: str | None, source: ResourceView | None) -> ResourceView | None:
-        if source is None:
-            return None
-        if name is not None:
-            return self._scoped(name, source)
-        return source if self._default is Unselected.EVERYTHING else _NOTHING
+        name = self.scope_of(node)
+        source = self.source.view(node)
+        if name is None:
+            return source if self._passes_unselected or source is None else _NOTHING
+        return self._scoped(name, source) if source is not None else None
 
     def scope_view(self, name: str, node: Node) -> ScopedView | None:
         """What scope ``name`` sees of the source view of ``node`` (for tools and tests)."""
@@ -505,15 +505,16 @@ class ScopedCache:
         """The audience's scoped view (or the empty one); ``None`` for nodes that see the
         source as it is, or while the source has no view."""
         name = audience.key[0]
-        if name is None and self._default is Unselected.EVERYTHING:
+        if name is None and self._passes_unselected:
             return None
-        view = self._resolved(name, self.source.view(audience.node))
-        assert view is None or isinstance(view, ScopedView)
-        return view
+        source = self.source.view(audience.node)
+        if source is None:
+            return None
+        return self._scoped(name, source) if name is not None else _NOTHING
 
     def _refresh(self, audience: _Audience) -> bool:
         """Whether the audience's view changed since it last looked (and remember it)."""
-        if audience.key[0] is None and self._default is Unselected.EVERYTHING:
+        if audience.key[0] is None and self._passes_unselected:
             return True
         view = self._current(audience)
         before, audience.last = audience.last, view
