@@ -58,6 +58,7 @@ __all__ = [
     "Problem",
     "load_directory",
     "read_directory",
+    "yaml_problem",
 ]
 
 SUFFIXES = (".yaml", ".yml", ".json")
@@ -97,6 +98,23 @@ class Problem:
 
     def __str__(self) -> str:
         return f"{self.where}: {self.message}"
+
+
+def yaml_problem(where: str, error: yaml.YAMLError) -> Problem:
+    """What the parser found wrong with the file ``where``, at its line and column (the
+    parser's own rendering names no file and quotes the text: it is not repeated)."""
+    if not isinstance(error, yaml.MarkedYAMLError) or error.problem_mark is None:
+        return Problem(where, f"cannot be read: {error}")
+    mark = error.problem_mark
+    message = f"line {mark.line + 1}, column {mark.column + 1}: {error.problem}"
+    context = error.context_mark
+    if error.context and context is not None and context.line != mark.line:
+        message += (
+            f" ({error.context} that began at line {context.line + 1}, column {context.column + 1})"
+        )
+    elif error.context:
+        message += f" ({error.context})"
+    return Problem(where, f"cannot be read: {message}", mark.line + 1)
 
 
 class ConfigError(ValueError):
@@ -616,8 +634,15 @@ def parse_files(
             continue
         try:
             documents = _documents(file.path, file.data, control)
-        except (UnicodeDecodeError, yaml.YAMLError) as exc:
-            problems.append(Problem(str(file.path), f"cannot be read: {exc}"))
+        except yaml.YAMLError as exc:
+            problems.append(yaml_problem(str(file.path), exc))
+            continue
+        except UnicodeDecodeError as exc:
+            problems.append(
+                Problem(
+                    str(file.path), f"cannot be read: not UTF-8 (byte {exc.start}: {exc.reason})"
+                )
+            )
             continue
         except RecursionError:
             problems.append(Problem(str(file.path), "cannot be read: nested too deeply"))

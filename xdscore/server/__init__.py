@@ -2,7 +2,14 @@
 the observer of what streams do, and callbacks."""
 
 from ._admission import PushSlots, ServerLimits
-from ._authorization import Authorizer, PeerIdentity, ResourceAuthorizer, SpiffeNodePolicy
+from ._authorization import (
+    Authorizer,
+    OperatorCheck,
+    PeerIdentity,
+    ResourceAuthorizer,
+    SpiffeNodePolicy,
+    SpiffeOperators,
+)
 from ._callbacks import ServerCallbacks, StreamInfo
 from ._catch_up import DEFAULT_CATCH_UP_TIMEOUT, CatchUp
 from ._client_driver import ClientDriver, OnResponse
@@ -31,6 +38,7 @@ __all__ = [
     "Metrics",
     "NackRecord",
     "OnResponse",
+    "OperatorCheck",
     "Pacing",
     "PeerIdentity",
     "PushSlots",
@@ -39,6 +47,7 @@ __all__ = [
     "ServerDriver",
     "ServerLimits",
     "SpiffeNodePolicy",
+    "SpiffeOperators",
     "StreamInfo",
     "StreamStatus",
     "SyncState",

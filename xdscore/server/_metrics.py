@@ -255,7 +255,9 @@ class Metrics:
             ["protocol", "mode"],
         )
         self.refused_streams = counter(
-            "xdscore_refused_streams", "Streams refused, by reason.", ["reason"]
+            "xdscore_refused_streams",
+            "Streams (and unary fetches, when the authorizer denies them) refused, by reason.",
+            ["reason"],
         )
         rebalanced = counter(
             "xdscore_rebalanced_streams",

@@ -37,7 +37,7 @@ from ._admission import (
     TokenBucket,
     refusal,
 )
-from ._authorization import Authorizer, PeerIdentity, ResourceAuthorizer
+from ._authorization import Authorizer, OperatorCheck, PeerIdentity, ResourceAuthorizer
 from ._callbacks import ServerCallbacks, StreamInfo
 from ._catch_up import DEFAULT_CATCH_UP_TIMEOUT, CatchUp
 from ._codecs import DELTA, SOTW
@@ -115,6 +115,9 @@ class XdsServer:
     ``authorize_resource`` decides, per stream and resource, what a client may have (see
     :data:`~xdscore.server.ResourceAuthorizer`): a denied resource is withheld, and reported
     in ``resource_errors`` to clients that read them.
+    ``operators`` says which client identities may read every node's status over CSDS (see
+    :class:`~xdscore.server.SpiffeOperators`); any other client with a certificate is told
+    about its own node only (see :mod:`xdscore.server._csds`).
     """
 
     def __init__(
@@ -136,6 +139,7 @@ class XdsServer:
         assumed_features: Mapping[str, Collection[str]] | None = None,
         heartbeat_fraction: float = DEFAULT_HEARTBEAT_FRACTION,
         authorize_resource: ResourceAuthorizer | None = None,
+        operators: OperatorCheck | None = None,
     ) -> None:
         if not 0 <= heartbeat_fraction < 1:
             raise ValueError(f"heartbeat_fraction must be in [0, 1), not {heartbeat_fraction}")
@@ -145,6 +149,7 @@ class XdsServer:
         )
         self.heartbeat_fraction = heartbeat_fraction
         self.authorize_resource = authorize_resource
+        self.operators = operators
         self._quiet: set[tuple[str, str]] = set()
         self.replica_id = secrets.token_hex(4) if replica_id is None else replica_id
         self.catch_up = catch_up

@@ -221,15 +221,17 @@ class GrpclibTransport:
     async def _status_stream(self, stream: grpclib.server.Stream[Any, Any]) -> None:
         with _FramesForgotten():
             async with _statuses(_peer(stream)):
+                identity = peer_identity(stream.peer.cert())
                 try:
-                    await self.server.client_status.run_stream(self._wrap(stream))
+                    await self.server.client_status.run_stream(self._wrap(stream), identity)
                 except StreamClosed:
                     return
 
     async def _status_fetch(self, stream: grpclib.server.Stream[Any, Any]) -> None:
         async with _statuses(_peer(stream)):
             data = await self._wrap(stream).receive()
-            answer = self.server.client_status.answer(data or b"")
+            identity = peer_identity(stream.peer.cert())
+            answer = self.server.client_status.answer(data or b"", identity)
             await stream.send_message(answer)
 
     def _wrap(self, stream: grpclib.server.Stream[Any, Any]) -> _GrpclibStream:
