@@ -45,6 +45,11 @@ def test_every_public_name_of_the_package_resolves() -> None:
         assert getattr(xdscore, name) is not None, name
 
 
+def test_the_embedders_face_stays_small() -> None:
+    # What an embedder needs; the rest lives in the subpackage of its audience.
+    assert len(xdscore.__all__) <= 35, len(xdscore.__all__)
+
+
 def test_the_package_root_holds_at_most_eight_modules() -> None:
     modules = sorted(path.name for path in PACKAGE.glob("*.py"))
     assert len(modules) <= 8, modules
