@@ -57,9 +57,6 @@ async def run_pair(
         watch.armed = False
         if not watch.fired or task.uncancel() > 0:
             await _finish(reading, task)
-            failed = _error_of(reading)  # (read, so that asyncio does not report it)
-            if failed is not None:
-                forget_frames(failed)
             forget_frames(cancelled)
             raise
     except BaseException as error:
@@ -73,12 +70,9 @@ async def run_pair(
             task.uncancel()
     ended: BaseException | None = None
     try:
-        cancelled_meanwhile = not reading.done() and await _finish(reading, task)
-        ended = _error_of(reading)
-        if cancelled_meanwhile:
-            if ended is not None:
-                forget_frames(ended)
-            raise asyncio.CancelledError
+        if not reading.done():
+            await _finish(reading, task)
+        ended = None if reading.cancelled() else reading.exception()
         if ended is not None:
             errors.append(ended)
         _raise_first(errors)
@@ -87,27 +81,19 @@ async def run_pair(
         del errors, ended, reading, watch
 
 
-async def _finish(reading: asyncio.Task[None], task: asyncio.Task[object]) -> bool:
-    """Cancel the reader and wait for it to end, even if ``task`` is cancelled meanwhile
-    (the reader is then cancelled again); whether ``task`` was.
-
-    The reader's error stays in its task, for the caller to read: awaiting the task would
-    raise it here, and its traceback would then hold this frame, which holds the task that
-    holds the error (a cycle, keeping the stream's whole state until a full collection)."""
-    cancelled = False
-    while not reading.done():
-        reading.cancel()
-        try:
-            await asyncio.wait((reading,))
-        except asyncio.CancelledError:
-            if task.cancelling():
-                cancelled = True
-    return cancelled
-
-
-def _error_of(reading: asyncio.Task[None]) -> BaseException | None:
-    """What the finished reader raised (``None``: nothing, or it was cancelled)."""
-    return None if reading.cancelled() else reading.exception()
+async def _finish(reading: asyncio.Task[None], task: asyncio.Task[object]) -> None:
+    """Cancel the reader and wait for it to end; a cancellation of ``task`` goes on."""
+    reading.cancel()
+    try:
+        await reading
+    except asyncio.CancelledError:
+        if task.cancelling():
+            raise
+    except BaseException as error:
+        # Its error is the task's, read by the caller. Raised here, its traceback holds this
+        # frame, which holds the task that holds the error: a cycle, keeping the stream's
+        # whole state until a full collection, but for this.
+        forget_frames(error)
 
 
 def _raise_first(errors: list[BaseException]) -> None:
