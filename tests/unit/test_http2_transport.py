@@ -40,7 +40,8 @@ from xdscore import (
 )
 from xdscore.protocol._state import Phase
 from xdscore.transport import ConnectionLimits
-from xdscore.transport._h2_connection import Connection
+from xdscore.transport.h2.connection import REFUSAL_TEXT, Connection
+from xdscore.transport.h2.state import StreamState
 
 from ..factories import wait_until
 from ._h2_peer import (
@@ -489,15 +490,30 @@ async def test_long_status_message_is_continued() -> None:
 async def test_not_grpc_is_refused_with_http_status(
     method: str, content_type: str, status: str
 ) -> None:
-    async with serving() as served, client(served.port) as peer:
+    """A request that is not gRPC gets a plain HTTP answer: the status, and a line of text
+    saying what the server takes, whose DATA waits for the client's window like any
+    response's (the stream stays open, and counts, until it is sent)."""
+    async with serving() as served, client(served.port, settings={4: 0}) as peer:
         stream = peer.h2.get_next_available_stream_id()
         fields = grpc_headers(ADS, method=method, content_type=content_type)
         peer.h2.send_headers(stream, fields, end_stream=True)
         await peer.flush()
-        await peer.until(lambda p: p.ended(stream))
-        assert peer.header_lists[stream] == [{":status": status}]
-        assert peer.of(HEADERS, stream)[0].flags & END_STREAM
+        await peer.until(lambda p: p.header_lists.get(stream), what="the headers")
+        ((headers,),) = [peer.header_lists[stream]]
+        assert headers[":status"] == status
+        assert headers["content-type"] == "text/plain; charset=utf-8"
+        await peer.settle(0.1)
+        assert not peer.ended(stream)  # a window of 0: the body waits
+        assert list(served.connection().calls) == [stream]
+        peer.h2.increment_flow_control_window(1000, stream_id=stream)
+        await peer.flush()
+        await peer.until(lambda p: p.ended(stream), what="the body")
+        body = peer.data(stream)
+        assert body == REFUSAL_TEXT
+        assert int(headers["content-length"]) == len(body)
+        assert peer.of(DATA, stream)[-1].flags & END_STREAM
         assert not served.connection().calls
+        assert served.connection().stream_state(stream) is StreamState.CLOSED
 
 
 async def test_oversized_request_is_refused_from_its_prefix() -> None:
@@ -983,7 +999,7 @@ async def test_frames_the_server_may_ignore() -> None:
             frame(HEADERS, END_HEADERS | END_STREAM, 5, header_block([("x-trailer", "1")])),
         )
         await peer.until(lambda p: _complete(p, 5), what="the response")
-        assert served.connection().calls[5].remote_closed
+        assert served.connection().stream_state(5) is StreamState.HALF_CLOSED_REMOTE
 
 
 async def test_zero_window_update_on_a_stream_is_a_protocol_error() -> None:

@@ -59,7 +59,7 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
 
 async def fetch_reports(host: str, port: int, matchers: Iterable[IdMatcher]) -> list[ClientReport]:
     """Ask the CSDS server at ``host:port`` about the clients ``matchers`` select."""
-    from ..transport._grpclib_client import open_channel
+    from ..transport.grpclib.client import open_channel
 
     async with open_channel(host, port) as channel, channel.stream(_CSDS) as stream:
         await stream.send(encode_status_query(matchers))
