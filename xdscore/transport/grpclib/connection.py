@@ -194,8 +194,8 @@ class GuardedH2Protocol(H2Protocol):
         for start in range(0, len(data), _SLICE):
             try:
                 events = self.connection.feed(data[start : start + _SLICE])
-            except H2ProtocolError:
-                log.debug("HTTP/2 protocol error from %s", self._peer(), exc_info=True)
+            except H2ProtocolError as error:
+                log.debug("HTTP/2 protocol error from %s: %s", self._peer(), error)
                 self.connection.flush()
                 self.processor.close("Protocol error")
                 return
