@@ -16,6 +16,8 @@ of ours in front of grpclib's that:
 * ignores frames of unknown types, as the RFC asks (sections 4.1 and 5.5): h2 reports them
   as an event grpclib has no handler for, and grpclib raised, which killed the connection
   with an ERROR traceback;
+* ends with GOAWAY PROTOCOL_ERROR a connection whose header field h2 cannot decode as ASCII
+  (grpclib has it decode them so), where h2's error killed it with an ERROR traceback;
 * releases the streams grpclib itself never releases: a stream reset in the same batch of
   frames that opened it has its handler task cancelled before the task starts, so the
   task's ``finally`` (which releases the stream) never runs and the stream stayed in the
@@ -199,11 +201,28 @@ class GuardedH2Protocol(H2Protocol):
                 self.connection.flush()
                 self.processor.close("Protocol error")
                 return
+            except UnicodeDecodeError:
+                # grpclib has h2 decode header fields as ASCII, and h2 fails half-way
+                # through the stream's headers: the connection ends.
+                self._refuse_connection(b"a header field that is not ASCII")
+                return
             for event in events:
                 process(event)
                 if self._is_cut():
                     return
         self.connection.flush()
+
+    def _refuse_connection(self, reason: bytes) -> None:
+        """End the connection with GOAWAY PROTOCOL_ERROR for what h2 could not take."""
+        log.debug("HTTP/2 protocol error from %s: %s", self._peer(), reason.decode())
+        try:
+            _h2_of(self.connection).close_connection(
+                error_code=ErrorCodes.PROTOCOL_ERROR, additional_data=reason
+            )
+            self.connection.flush()
+        except H2ProtocolError:
+            pass  # h2 has closed the connection already
+        self.processor.close("Protocol error")
 
     def _is_cut(self) -> bool:
         return self.cut is not None
