@@ -89,8 +89,8 @@ class Stream:
 class Call(Stream):
     """One gRPC call (an HTTP/2 stream) as message bytes each way.
 
-    The client going away (its RST_STREAM, or the connection lost) is
-    :class:`~xdscore.StreamClosed`; the handler's task is also cancelled then.
+    The client going away (its RST_STREAM, or the connection lost) cancels the handler's
+    task; a read or a write after that is :class:`~xdscore.StreamClosed`.
     """
 
     __slots__ = (

@@ -45,7 +45,7 @@ from mypy_extensions import mypyc_attr
 
 from ..._errors import GrpcStatus
 from .._limits import Bucket, ConnectionLimits, CutReason, bucket, log_cut
-from .call import Call, Stream
+from .call import STREAM_WINDOW, Call, Stream
 from .headers import HeaderDecoder, MalformedRequest, RequestHead, check_trailers
 from .intake import Intake
 from .state import FORGOTTEN as _FORGOTTEN
@@ -251,7 +251,7 @@ class Connection(asyncio.Protocol):
             self.peer_certificate = transport.get_extra_info("peercert")
         ours = {
             Setting.MAX_CONCURRENT_STREAMS: MAX_STREAMS,
-            Setting.INITIAL_WINDOW_SIZE: 1 << 20,
+            Setting.INITIAL_WINDOW_SIZE: STREAM_WINDOW,
             Setting.MAX_HEADER_LIST_SIZE: MAX_HEADER_BLOCK,
         }
         self._recv_window = CONNECTION_WINDOW
