@@ -19,6 +19,7 @@ import logging
 import socket
 import struct
 import time
+from collections.abc import Callable
 
 import anyio
 import anyio.to_thread
@@ -120,10 +121,12 @@ def no_traceback(records: list[logging.LogRecord]) -> None:
 
 def _replaced(port: int, name: str, value: str | None) -> list[tuple[str, str]]:
     fields = good_headers(port)
-    return [(n, value if n == name else v) for n, v in fields if n != name or value is not None]
+    if value is None:
+        return [(n, v) for n, v in fields if n != name]
+    return [(n, value if n == name else v) for n, v in fields]
 
 
-MALFORMED = {
+MALFORMED: dict[str, Callable[[int], list[tuple[str, str]]]] = {
     "no-method": lambda port: _replaced(port, ":method", None),
     "no-path": lambda port: _replaced(port, ":path", None),
     "uppercase-name": lambda port: [*good_headers(port), ("X-Trace", "1")],

@@ -64,7 +64,9 @@ def test_a_grpc_request_parses_to_its_head() -> None:
 
 def _replaced(name: str, value: str | None) -> list[tuple[str, str]]:
     """REQUEST with the field ``name`` given ``value`` (``None``: removed)."""
-    return [(n, value if n == name else v) for n, v in REQUEST if n != name or value is not None]
+    if value is None:
+        return [(n, v) for n, v in REQUEST if n != name]
+    return [(n, value if n == name else v) for n, v in REQUEST]
 
 
 MALFORMED = {
