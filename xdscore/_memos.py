@@ -297,8 +297,9 @@ _CONTAINERS = (tuple, list, set, frozenset)
 def footprint(*objects: object, skip: tuple[type, ...] = ()) -> int:
     """The bytes ``objects`` hold, counting each object reached once: strings, bytes and
     numbers, the members of tuples, lists, sets and dicts, and the fields of records
-    (``_fields``), attrs classes and objects with a ``__dict__``. An instance of a type in
-    ``skip`` (values some other owner keeps, such as a cache's resources) counts nothing.
+    (``_fields``), attrs classes, classes with ``__slots__`` and objects with a
+    ``__dict__``. An instance of a type in ``skip`` (values some other owner keeps, such as
+    a cache's resources) counts nothing.
     """
     seen: set[int] = set()
     total = 0
@@ -329,6 +330,9 @@ def _fields_of(each: object) -> Iterator[object]:
         attributes = getattr(type(each), "__attrs_attrs__", None)
         if attributes is not None:
             names = [attribute.name for attribute in attributes]
+    if names is None:
+        slots = [name for cls in type(each).__mro__ for name in getattr(cls, "__slots__", ())]
+        names = [name for name in slots if name != "__weakref__"] or None
     if names is not None:
         for name in names:
             yield getattr(each, name, None)

@@ -22,7 +22,7 @@ from envoy.service.discovery.v3 import discovery_pb2
 import xdscore
 from xdscore import CLUSTER
 from xdscore.cli import main
-from xdscore.transport._grpclib_client import open_channel
+from xdscore.transport.grpclib.client import open_channel
 
 from .test_cli_analyze import ROUTES, _good
 

@@ -75,7 +75,7 @@ async def fetch_reports(
 ) -> list[ClientReport]:
     """Ask the CSDS server at ``host:port`` about the clients ``matchers`` select (over TLS
     with ``ssl_context``)."""
-    from ..transport._grpclib_client import open_channel
+    from ..transport.grpclib.client import open_channel
 
     async with (
         open_channel(host, port, ssl_context=ssl_context) as channel,
