@@ -46,7 +46,8 @@ class SelectionMemo:
         self._entries: dict[_Key, tuple[Selection, int]] = {}
         self._charged = [0, 0]
         """Bytes and entries this memo holds of the budget (given back when it goes)."""
-        weakref.finalize(self, _give_back, self._charged)
+        # (Not at exit: the budget may be gone by then, and nothing needs it.)
+        weakref.finalize(self, _give_back, self._charged).atexit = False
 
     def select(
         self, type_url: str, resources: Mapping[str, Resource], subscription: Subscription
