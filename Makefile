@@ -6,7 +6,7 @@ PYTEST_ARGS ?=
 BENCH_ARGS ?=
 NODE_CLIENT := tests/integration/node
 
-.PHONY: venv compiled pure node demo test lint typecheck docs unit integration test-deep bench format clean
+.PHONY: venv compiled pure node demo test lint typecheck docs unit integration test-deep bench format records clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -63,7 +63,7 @@ lint: venv
 
 ## The library, and the test helpers other test modules build on.
 typecheck: venv
-	$(VENV)/bin/mypy --strict xdscore tests/factories.py tests/property/_invariants.py tests/property/_model.py tests/integration/_envoy_support.py tests/integration/_delta_support.py tests/integration/_client_process.py tests/fault/_clients.py tests/tls_support.py tests/etcd_support.py
+	$(VENV)/bin/mypy --strict xdscore tests/recordgen.py tests/factories.py tests/property/_invariants.py tests/property/_model.py tests/integration/_envoy_support.py tests/integration/_delta_support.py tests/integration/_client_process.py tests/fault/_clients.py tests/tls_support.py tests/etcd_support.py
 
 ## The documentation site (mkdocs.yml) into build/site; a broken link or anchor fails it.
 docs: venv
@@ -83,6 +83,11 @@ test-deep: venv
 ## go-control-plane) into docs/benchmarks.md; e.g. BENCH_ARGS=--quick, or "--peer PATH".
 bench: venv compiled
 	$(PY) benchmarks/run.py --matrix $(BENCH_ARGS)
+
+## The record classes' generated code (__slots__, _fields, __init__, evolve), written again
+## from the fields each declares (tests/recordgen.py; tests/unit/test_recordgen.py checks it).
+records: venv
+	$(PY) -m tests.recordgen
 
 format: venv
 	$(PY) -m ruff format xdscore tests examples benchmarks

@@ -48,27 +48,37 @@ from ._subscription import WILDCARD
 __all__ = ["DeltaClient", "DeltaClientTypeState"]
 
 
-_STATE_FIELDS = (
-    "wildcard",
-    "legacy",
-    "requested",
-    "wildcard_received",
-    "ambiguous",
-    "errors",
-    "nonce",
-    "last_error",
-    "acks",
-    "nacks",
-)
-
-
 @final
 class DeltaClientTypeState(Record):
     """What a Delta client wants and holds of one type (see the module docstring);
     ``errors``: the server's ``resource_errors`` for requested names, by name."""
 
-    __slots__ = _STATE_FIELDS
-    _fields = _STATE_FIELDS
+    # record fields, with evolve:
+    #     *
+    #     wildcard: bool = False
+    #     legacy: bool = False
+    #     requested: Mapping[str, Resource | None] = {}
+    #     wildcard_received: Mapping[str, Resource] = {}
+    #     ambiguous: Mapping[str, Resource] = {}
+    #     errors: Mapping[str, ErrorDetail] = {}
+    #     nonce: str = ""
+    #     last_error: ErrorDetail | None = None
+    #     acks: int = 0
+    #     nacks: int = 0
+    # --- generated from the fields above by `make records`; do not edit ---
+    _fields = (
+        "wildcard",
+        "legacy",
+        "requested",
+        "wildcard_received",
+        "ambiguous",
+        "errors",
+        "nonce",
+        "last_error",
+        "acks",
+        "nacks",
+    )
+    __slots__ = _fields
 
     def __init__(
         self,
@@ -118,9 +128,9 @@ class DeltaClientTypeState(Record):
             wildcard=self.wildcard if isinstance(wildcard, Keep) else wildcard,
             legacy=self.legacy if isinstance(legacy, Keep) else legacy,
             requested=self.requested if isinstance(requested, Keep) else requested,
-            wildcard_received=self.wildcard_received
-            if isinstance(wildcard_received, Keep)
-            else wildcard_received,
+            wildcard_received=(
+                self.wildcard_received if isinstance(wildcard_received, Keep) else wildcard_received
+            ),
             ambiguous=self.ambiguous if isinstance(ambiguous, Keep) else ambiguous,
             errors=self.errors if isinstance(errors, Keep) else errors,
             nonce=self.nonce if isinstance(nonce, Keep) else nonce,
@@ -128,6 +138,8 @@ class DeltaClientTypeState(Record):
             acks=self.acks if isinstance(acks, Keep) else acks,
             nacks=self.nacks if isinstance(nacks, Keep) else nacks,
         )
+
+    # --- end generated ---
 
     def holds(self) -> dict[str, Resource]:
         """Every resource held, by name."""

@@ -116,18 +116,6 @@ _UNKNOWN = ""
 """The version recorded in ``held_versions`` for a resource the client may or may not hold."""
 
 
-_RESPONSE_FIELDS = (
-    "type_url",
-    "nonce",
-    "system_version_info",
-    "resources",
-    "removed",
-    "ttl",
-    "heartbeat",
-    "errors",
-)
-
-
 @final
 class DeltaResponse(Record):
     """A Delta response to send: changed resources and removed names of one type.
@@ -137,8 +125,28 @@ class DeltaResponse(Record):
     ``resource_errors``, removed names the client asked for by name, and why (for clients
     that read them)."""
 
-    __slots__ = _RESPONSE_FIELDS
-    _fields = _RESPONSE_FIELDS
+    # record fields:
+    #     *
+    #     type_url: str
+    #     nonce: str
+    #     system_version_info: str
+    #     resources: tuple[Resource, ...]
+    #     removed: tuple[str, ...]
+    #     ttl: bool = False
+    #     heartbeat: bool = False
+    #     errors: tuple[ResourceError, ...] = ()
+    # --- generated from the fields above by `make records`; do not edit ---
+    _fields = (
+        "type_url",
+        "nonce",
+        "system_version_info",
+        "resources",
+        "removed",
+        "ttl",
+        "heartbeat",
+        "errors",
+    )
+    __slots__ = _fields
 
     def __init__(
         self,
@@ -161,6 +169,8 @@ class DeltaResponse(Record):
         self.heartbeat: Final = heartbeat
         self.errors: Final = errors
 
+    # --- end generated ---
+
     @property
     def version(self) -> str:
         """The version this response carries (``system_version_info``)."""
@@ -177,23 +187,6 @@ class DeltaResponse(Record):
         return self.ttl and any(resource.ttl is not None for resource in self.resources)
 
 
-_STATE_FIELDS = (
-    "subscription",
-    "phase",
-    "held_versions",
-    "held",
-    "owed",
-    "rejected_versions",
-    "last_error",
-    "latest_nonce",
-    "answered",
-    "outstanding",
-    "synced",
-    "acks",
-    "nacks",
-)
-
-
 @final
 class DeltaTypeState(Record):
     """What one Delta stream knows about one type (see the module docstring).
@@ -205,8 +198,38 @@ class DeltaTypeState(Record):
     unchanged, nothing to do; changed, only the names the view says changed since then
     need a look."""
 
-    __slots__ = _STATE_FIELDS
-    _fields = _STATE_FIELDS
+    # record fields, with evolve:
+    #     *
+    #     subscription: Subscription
+    #     phase: Phase = Phase.REQUESTED
+    #     held_versions: Mapping[str, str] = _NO_VERSIONS
+    #     held: Mapping[str, Resource] = _NO_RESOURCES
+    #     owed: frozenset[str] = _EMPTY
+    #     rejected_versions: Mapping[str, str] = _NO_VERSIONS
+    #     last_error: ErrorDetail | None = None
+    #     latest_nonce: str = ""
+    #     answered: bool = False
+    #     outstanding: DeltaResponse | None = None
+    #     synced: Mapping[str, Resource] | None = None
+    #     acks: int = 0
+    #     nacks: int = 0
+    # --- generated from the fields above by `make records`; do not edit ---
+    _fields = (
+        "subscription",
+        "phase",
+        "held_versions",
+        "held",
+        "owed",
+        "rejected_versions",
+        "last_error",
+        "latest_nonce",
+        "answered",
+        "outstanding",
+        "synced",
+        "acks",
+        "nacks",
+    )
+    __slots__ = _fields
 
     def __init__(
         self,
@@ -274,6 +297,8 @@ class DeltaTypeState(Record):
             acks=self.acks if isinstance(acks, Keep) else acks,
             nacks=self.nacks if isinstance(nacks, Keep) else nacks,
         )
+
+    # --- end generated ---
 
 
 _UNSEEN = DeltaTypeState(subscription=NOTHING, phase=Phase.IDLE)

@@ -55,25 +55,33 @@ Validator = Callable[[str, Sequence[Resource]], str | None]
 """Given a type URL and the resources of a response, an error message to NACK with."""
 
 
-_STATE_FIELDS = (
-    "subscription",
-    "version_info",
-    "nonce",
-    "resources",
-    "errors",
-    "last_error",
-    "acks",
-    "nacks",
-)
-
-
 @final
 class SotwClientTypeState(Record):
     """What the client watches and holds of one type; ``errors``: the server's
     ``resource_errors`` for watched names, by name."""
 
-    __slots__ = _STATE_FIELDS
-    _fields = _STATE_FIELDS
+    # record fields, with evolve:
+    #     *
+    #     subscription: Subscription
+    #     version_info: str = ""
+    #     nonce: str = ""
+    #     resources: Mapping[str, Resource] = {}
+    #     errors: Mapping[str, ErrorDetail] = {}
+    #     last_error: ErrorDetail | None = None
+    #     acks: int = 0
+    #     nacks: int = 0
+    # --- generated from the fields above by `make records`; do not edit ---
+    _fields = (
+        "subscription",
+        "version_info",
+        "nonce",
+        "resources",
+        "errors",
+        "last_error",
+        "acks",
+        "nacks",
+    )
+    __slots__ = _fields
 
     def __init__(
         self,
@@ -119,6 +127,8 @@ class SotwClientTypeState(Record):
             acks=self.acks if isinstance(acks, Keep) else acks,
             nacks=self.nacks if isinstance(nacks, Keep) else nacks,
         )
+
+    # --- end generated ---
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)

@@ -85,17 +85,6 @@ _NOTHING: Mapping[str, Resource] = MappingProxyType({})
 _NO_REASONS: Mapping[str, str] = MappingProxyType({})
 
 
-_RESPONSE_FIELDS = (
-    "type_url",
-    "version_info",
-    "nonce",
-    "selection",
-    "wrapped",
-    "heartbeat",
-    "errors",
-)
-
-
 @final
 class SotwResponse(Record):
     """A response to send: ``selection`` framed with this stream's version and nonce.
@@ -105,8 +94,18 @@ class SotwResponse(Record):
     the client's TTLs. ``errors``: ``resource_errors``, names asked for that are not sent,
     and why (for clients that read them)."""
 
-    __slots__ = _RESPONSE_FIELDS
-    _fields = _RESPONSE_FIELDS
+    # record fields:
+    #     *
+    #     type_url: str
+    #     version_info: str
+    #     nonce: str
+    #     selection: Selection
+    #     wrapped: bool = False
+    #     heartbeat: bool = False
+    #     errors: tuple[ResourceError, ...] = ()
+    # --- generated from the fields above by `make records`; do not edit ---
+    _fields = ("type_url", "version_info", "nonce", "selection", "wrapped", "heartbeat", "errors")
+    __slots__ = _fields
 
     def __init__(
         self,
@@ -127,6 +126,8 @@ class SotwResponse(Record):
         self.heartbeat: Final = heartbeat
         self.errors: Final = errors
 
+    # --- end generated ---
+
     @property
     def version(self) -> str:
         """The version this response carries (``version_info``)."""
@@ -143,22 +144,6 @@ class SotwResponse(Record):
         return self.selection.shortest_ttl is not None
 
 
-_STATE_FIELDS = (
-    "subscription",
-    "phase",
-    "listed",
-    "held_version",
-    "held",
-    "rejected_version",
-    "last_error",
-    "latest_nonce",
-    "outstanding",
-    "owed",
-    "acks",
-    "nacks",
-)
-
-
 @final
 class SotwTypeState(Record):
     """What one stream knows about one type (see the module docstring).
@@ -166,9 +151,36 @@ class SotwTypeState(Record):
     ``listed``: the ``resource_names`` of the last request, to skip re-reading an unchanged
     list (shared by every stream that sent the same list)."""
 
-    __slots__ = _STATE_FIELDS
-    _fields = _STATE_FIELDS
-    _unshown = frozenset({"listed"})
+    # record fields, with evolve:
+    #     *
+    #     subscription: Subscription
+    #     phase: Phase = Phase.REQUESTED
+    #     listed: RequestedNames = NO_NAMES
+    #     held_version: str | None = None
+    #     held: Selection | None = None
+    #     rejected_version: str | None = None
+    #     last_error: ErrorDetail | None = None
+    #     latest_nonce: str = ""
+    #     outstanding: SotwResponse | None = None
+    #     owed: bool = False
+    #     acks: int = 0
+    #     nacks: int = 0
+    # --- generated from the fields above by `make records`; do not edit ---
+    _fields = (
+        "subscription",
+        "phase",
+        "listed",
+        "held_version",
+        "held",
+        "rejected_version",
+        "last_error",
+        "latest_nonce",
+        "outstanding",
+        "owed",
+        "acks",
+        "nacks",
+    )
+    __slots__ = _fields
 
     def __init__(
         self,
@@ -198,11 +210,6 @@ class SotwTypeState(Record):
         self.owed: Final = owed
         self.acks: Final = acks
         self.nacks: Final = nacks
-
-    @property
-    def requested(self) -> tuple[str, ...]:
-        """The ``resource_names`` of the last request."""
-        return self.listed.names
 
     def evolve(
         self,
@@ -237,6 +244,15 @@ class SotwTypeState(Record):
             acks=self.acks if isinstance(acks, Keep) else acks,
             nacks=self.nacks if isinstance(nacks, Keep) else nacks,
         )
+
+    # --- end generated ---
+
+    _unshown = frozenset({"listed"})
+
+    @property
+    def requested(self) -> tuple[str, ...]:
+        """The ``resource_names`` of the last request."""
+        return self.listed.names
 
 
 _UNSEEN = SotwTypeState(subscription=NOTHING, phase=Phase.IDLE)

@@ -23,11 +23,16 @@ class Fact(Record):
 class Identified(Fact):
     """The first request named the stream's node; its features and policy are in place."""
 
-    __slots__ = ("node",)
+    # record fields:
+    #     node: Node
+    # --- generated from the fields above by `make records`; do not edit ---
     _fields = ("node",)
+    __slots__ = _fields
 
     def __init__(self, node: Node) -> None:
         self.node: Final = node
+
+    # --- end generated ---
 
 
 class Synced(Fact):
@@ -40,21 +45,34 @@ class Converged(Fact):
     """The client acknowledged a response carrying a cache change ``seconds`` after the
     change was first seen."""
 
-    __slots__ = ("seconds", "type_url")
+    # record fields:
+    #     type_url: str
+    #     seconds: float
+    # --- generated from the fields above by `make records`; do not edit ---
     _fields = ("type_url", "seconds")
+    __slots__ = _fields
 
     def __init__(self, type_url: str, seconds: float) -> None:
         self.type_url: Final = type_url
         self.seconds: Final = seconds
 
+    # --- end generated ---
+
 
 class Sent(Fact):
     """``response`` (``size`` bytes) was written, ``seconds`` after its round began."""
 
-    __slots__ = ("response", "seconds", "size")
+    # record fields:
+    #     response: Any
+    #     size: int
+    #     seconds: float
+    # --- generated from the fields above by `make records`; do not edit ---
     _fields = ("response", "size", "seconds")
+    __slots__ = _fields
 
     def __init__(self, response: Any, size: int, seconds: float) -> None:
         self.response: Final = response
         self.size: Final = size
         self.seconds: Final = seconds
+
+    # --- end generated ---
