@@ -7,7 +7,8 @@ its admin endpoint dumps, and what it logged.
 * A file rewritten in place by a writer that holds it open between two halves is never
   served half-written, whatever moment one looks.
 * An oversized file's refusal names the flag that raises the limit.
-* A load that runs past ``--reload-timeout`` is stopped, not left running.
+* A load that runs past ``--reload-timeout`` is stopped, not left running, and its memory
+  was never the server's.
 """
 
 from __future__ import annotations
@@ -255,9 +256,14 @@ def one_huge_resource(values: int) -> str:
 
 
 async def test_a_load_past_its_deadline_is_stopped_not_left_running(config: Path) -> None:
-    async with serve(config, "--reload-timeout", "1") as served, client(served) as watcher:
+    async with serve(config, "--reload-timeout", "3") as served, client(served) as watcher:
+        peak = memory(served, "VmHWM")
         (config / "huge.yaml").write_text(one_huge_resource(1_500_000))  # 4.5 MB
-        await served.logged("took longer than the reload timeout of 1 s", timeout=10)
+        await served.logged("took longer than the reload timeout of 3 s", timeout=15)
+        # Three seconds of parsing did not happen in the server: its peak memory barely
+        # moved (the load ran in a process of its own, killed at the deadline).
+        grown = memory(served, "VmHWM") - peak
+        assert grown < 60 * MB, f"the server's peak memory grew by {grown / MB:.0f} MB"
         # Whatever was loading is stopped: the server and its children use no more CPU
         # than serving one idle client costs.
         await anyio.sleep(0.3)
@@ -271,4 +277,15 @@ async def test_a_load_past_its_deadline_is_stopped_not_left_running(config: Path
         edited = write_marker(config, 1)
         pushed = await watcher.reached(1, timeout=5) - edited
         assert pushed < 2, f"the edit was served {pushed:.2f} s after it was written"
-        print(f"abandoned load: {used:.2f} s of CPU in the 2 s after; next edit {pushed:.3f} s")
+        print(
+            f"abandoned load: server peak +{grown / MB:.0f} MB, {used:.2f} s of CPU in the 2 s "
+            f"after; next edit {pushed:.3f} s"
+        )
+
+
+def memory(served: Served, field: str) -> int:
+    """A memory figure of the server process (``VmRSS``, ``VmHWM``), in bytes."""
+    for line in Path(f"/proc/{served.process.pid}/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no {field}")

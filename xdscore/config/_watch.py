@@ -426,10 +426,10 @@ class _Reloads:
             log.info("%s: %s serves what it did; nothing to apply", label, self.directory)
             return current
         self.cache.set_snapshot(self.key, snapshot)
-        if loaded.label == _label(0):
+        if label == _label(0):
             log.info("loaded %s from %s", snapshot, self.directory)
-        else:
-            log.info("applied %s from %s (%s)", snapshot, self.directory, label)
+            return snapshot
+        log.info("applied %s from %s (%s)", snapshot, self.directory, label)
         if self.on_applied is not None:
             _call(self.on_applied, snapshot)
         return snapshot
@@ -472,10 +472,12 @@ async def watch_directory(
     """Load ``directory`` into ``cache`` under ``key``, then reload it whenever its files
     change.
 
-    The first load takes the directory as a whole: any problem refuses it. Started with
-    ``TaskGroup.start``, the watcher reports the snapshot it loaded (and set, unless the
-    cache already served the same resources under ``key``), or raises :class:`ConfigError`
-    from ``start``; started otherwise, a refused first load is logged and reloads go on.
+    The first load takes the directory as a whole: any problem refuses it, and until a load
+    applies, reloads do the same. Started with ``TaskGroup.start``, the watcher reports the
+    snapshot it loaded (and set, unless the cache already served the same resources under
+    ``key``), or raises :class:`ConfigError` from ``start``; started otherwise, a refused
+    first load is logged (and ``on_refused`` told) and the watcher goes on. ``on_applied``
+    is called for each snapshot a reload applies, not for the first load's.
 
     Changes are gathered until the directory has been quiet for ``quiet_ms`` (or, under
     constant edits, for at most ``max_delay_ms``) and, where Linux reports writes, until no
