@@ -1,19 +1,25 @@
-"""What a loader process does with one load (see :mod:`._process`).
+"""The loader's fork server, and what each child forked from it does with one load (see
+:mod:`._process`).
 
-The forkserver imports this module, and with it every protobuf module of the Envoy API,
-once; each load is a child forked from it, so it starts with all of that imported.
+The fork server is a process of its own that imports this module, and with it every
+protobuf module of the Envoy API, once. It then waits on its control socket: for each
+request (two pipes: the job comes in on one, the outcome goes out on the other) it forks a
+child, answers with the child's pid, and waits for the next. It ends when the server's end
+of the socket closes; each child asks Linux to kill it when the fork server ends.
 """
 
 from __future__ import annotations
 
 import ctypes
+import gc
 import importlib
 import os
+import pickle
 import signal
+import socket
 import sys
 import traceback
 from collections.abc import Mapping
-from multiprocessing.connection import Connection
 from pathlib import Path
 
 import attrs
@@ -25,23 +31,24 @@ from ..wire._resource import Resource
 from ._assemble import Assembly, Refusal, assemble
 from ._loader import ConfigError, DirectoryData, Problem
 
-__all__ = ["Failed", "Job", "Loaded", "Refused", "ready", "run"]
+__all__ = ["READY", "Failed", "Job", "Loaded", "Refused", "serve"]
 
-import_all_protos()  # in the forkserver: every child is forked with them imported
-
+READY = b"R"
+"""What the fork server sends once it has imported everything."""
+PID_BYTES = 8
 _PR_SET_PDEATHSIG = 1
 
 
 @attrs.frozen
 class Job:
     """One load: the files as read, the fallbacks (file by file, see :mod:`._assemble`;
-    ``None`` for the whole policy), and what the parent process has registered beyond the
-    Envoy API, for the child to register too."""
+    ``None`` for the whole policy), and what the server has registered beyond the Envoy
+    API, for the child to register too."""
 
     contents: DirectoryData
     fallbacks: Mapping[Path, bytes] | None
     modules: tuple[str, ...]
-    """The protobuf modules (``*_pb2``) the parent has imported."""
+    """The protobuf modules (``*_pb2``) the server has imported."""
     descriptor_sets: tuple[bytes, ...]
     """The descriptor sets registered through :func:`xdscore.config.register_descriptors`."""
 
@@ -80,17 +87,54 @@ class Failed:
     traceback: str
 
 
-def ready() -> None:
-    """Nothing: a child forked once the forkserver has imported this module."""
+def serve(control: int) -> None:
+    """The fork server's loop, on the socket ``control`` (inherited from the server)."""
+    # Children are reaped as they end (so their CPU time counts as this process's
+    # children's, as the system's tools show it).
+    signal.signal(signal.SIGCHLD, _reap)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the server's to act on
+    import_all_protos()
+    gc.freeze()  # what every child inherits is never scanned: its pages stay shared
+    with socket.socket(fileno=control) as channel:
+        channel.sendall(READY)
+        while True:
+            try:
+                message, fds, _, _ = socket.recv_fds(channel, 1, 2)
+            except OSError:
+                return
+            if not message:
+                return  # the server is gone
+            pid = os.fork()
+            if pid == 0:
+                channel.close()
+                _child(*fds)
+            for fd in fds:
+                os.close(fd)
+            channel.sendall(pid.to_bytes(PID_BYTES, "big"))
 
 
-def run(job: Job, reply: Connection) -> None:
-    """Load ``job`` and send the outcome on ``reply`` (in the child process)."""
+def _reap(*_: object) -> None:
+    while True:
+        try:
+            pid, _status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _child(job_fd: int, reply_fd: int) -> None:
+    """Load the job read from ``job_fd``, write the outcome to ``reply_fd``, and exit."""
     _die_with_parent()
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    outcome: Loaded | Refused | Failed
     try:
+        with open(job_fd, "rb") as stream:
+            job: Job = pickle.load(stream)
         _register(job)
         assembly = assemble(job.contents, job.fallbacks)
-        outcome: Loaded | Refused | Failed = Loaded(
+        outcome = Loaded(
             tuple(
                 (r.type_url, r.name, r.body, r.ttl, r.version, r.aliases)
                 for r in assembly.resources
@@ -100,10 +144,13 @@ def run(job: Job, reply: Connection) -> None:
         )
     except ConfigError as exc:
         outcome = Refused(tuple(exc.problems), exc.diagnostics)
-    except BaseException:  # a bug: reported to the parent, which logs it
+    except BaseException:  # a bug: reported to the server, which logs it
         outcome = Failed(traceback.format_exc())
-    reply.send(outcome)
-    reply.close()
+    try:
+        with open(reply_fd, "wb") as stream:
+            pickle.dump(outcome, stream, protocol=pickle.HIGHEST_PROTOCOL)
+    finally:
+        os._exit(0)  # nothing of the fork server's state is the child's to clean up
 
 
 def _register(job: Job) -> None:
@@ -118,12 +165,12 @@ def _register(job: Job) -> None:
 
 
 def _die_with_parent() -> None:
-    """Ask Linux to kill this process when its parent (the forkserver, which ends with the
+    """Ask Linux to kill this process when its parent (the fork server, which ends with the
     server) does: a load is never left running for a server that is gone."""
     if not sys.platform.startswith("linux"):
         return
     libc = ctypes.CDLL(None, use_errno=True)
     parent = os.getppid()
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != parent:  # it died before the request took effect
+    if os.getppid() != parent:  # it ended before the request took effect
         os._exit(1)
