@@ -484,10 +484,12 @@ async def watch_directory(
     changed file is still held open by a writer (for at most ``max_delay_ms`` too); then the
     files are read until two reads ``quiet_ms`` apart agree, and loaded once, in a child
     process: a burst of edits becomes one snapshot, and a file caught half-written is read
-    again. A file with a problem of its own (it does not parse, is over a bound, holds an
-    invalid resource, or is still held open for writing) is refused alone: it keeps the
-    version last applied (or is left out if it never had one), and the rest is applied; the
-    refusal is logged at ERROR and ``on_refused`` is told. A reload that fails as a whole
+    again. A file with a problem of its own (it does not parse, is over a bound, or holds an
+    invalid resource) is refused alone: it keeps the version last applied (or is left out
+    if it never had one), and the rest is applied; the refusal is logged at ERROR and
+    ``on_refused`` is told. A file still held open for writing when it is read is set
+    aside the same way until its writer closes it, logged at WARNING (``on_refused`` is not
+    told). A reload that fails as a whole
     (problems between files, over the directory's size, still changing after
     :data:`MAX_READS` reads, or not loaded within ``reload_timeout`` seconds) is logged at
     ERROR, ``on_refused`` is told why, and the last good snapshot keeps being served.
