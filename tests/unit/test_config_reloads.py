@@ -271,3 +271,23 @@ async def test_a_change_waits_for_its_writer_to_close_the_file(
         assert names(applied[0]) == {"b1", "b2"}
         group.cancel_scope.cancel()
     assert all(resource.type_url == CLUSTER for resource in applied[0])
+
+
+@pytest.mark.anyio
+async def test_a_reload_that_changes_no_resource_still_reports_it(tmp_path: Path) -> None:
+    # xdscore serve reads scopes.yaml again in on_applied: a change to it alone must reach it.
+    (tmp_path / "a.yaml").write_text(cluster("a1"))
+    cache = SnapshotCache(group=same_for_all)
+    applied: list[Snapshot] = []
+    watch: Callable[..., object] = watch_directory
+    async with anyio.create_task_group() as group:
+        first = await group.start(
+            lambda task_status: watch(
+                tmp_path, cache, quiet_ms=50, on_applied=applied.append, task_status=task_status
+            )
+        )
+        (tmp_path / "scopes.yaml").write_text("scopes: []\n")
+        await wait_until(lambda: bool(applied), timeout=5, what="on_applied")
+        assert applied == [first]  # the same snapshot, still served
+        assert cache.snapshot(None) is first
+        group.cancel_scope.cancel()

@@ -423,14 +423,16 @@ class _Reloads:
         self.served = loaded.contents.digest
         current = self.cache.snapshot(self.key)
         if current is not None and _same(current, snapshot):
-            log.info("%s: %s serves what it did; nothing to apply", label, self.directory)
-            return current
-        self.cache.set_snapshot(self.key, snapshot)
-        if label == _label(0):
-            log.info("loaded %s from %s", snapshot, self.directory)
-            return snapshot
-        log.info("applied %s from %s (%s)", snapshot, self.directory, label)
-        if self.on_applied is not None:
+            # Only files without resources (scopes.yaml), or files refused alone, changed.
+            log.info("%s: %s serves the same resources as before", label, self.directory)
+            snapshot = current
+        else:
+            self.cache.set_snapshot(self.key, snapshot)
+            if label == _label(0):
+                log.info("loaded %s from %s", snapshot, self.directory)
+            else:
+                log.info("applied %s from %s (%s)", snapshot, self.directory, label)
+        if label != _label(0) and self.on_applied is not None:
             _call(self.on_applied, snapshot)
         return snapshot
 
@@ -477,7 +479,9 @@ async def watch_directory(
     snapshot it loaded (and set, unless the cache already served the same resources under
     ``key``), or raises :class:`ConfigError` from ``start``; started otherwise, a refused
     first load is logged (and ``on_refused`` told) and the watcher goes on. ``on_applied``
-    is called for each snapshot a reload applies, not for the first load's.
+    is called after each reload that loads the directory (not after the first load), with
+    the snapshot then served: the one before when only files that hold no resources
+    (``scopes.yaml``) or files refused alone changed.
 
     Changes are gathered until the directory has been quiet for ``quiet_ms`` (or, under
     constant edits, for at most ``max_delay_ms``) and, where Linux reports writes, until no
