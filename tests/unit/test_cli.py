@@ -230,18 +230,22 @@ def _missing(tmp_path: Path) -> Path:
     return tmp_path / "missing"
 
 
-@pytest.mark.parametrize("make", [_empty, _dangling, _unreadable, _missing])
-def test_analyze_fails_on_every_directory_serve_refuses(
-    make: object, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    ("make", "status"), [(_empty, 1), (_dangling, 1), (_unreadable, 1), (_missing, 2)]
+)
+def test_analyze_fails_on_every_directory_serve_refuses_with_the_same_status(
+    make: object, status: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """1: a configuration refused; 2: a DIR that is not there is a usage error."""
     assert callable(make)
     directory = make(tmp_path)
     serve = ["serve", str(directory), "--listen", "127.0.0.1:0", "--debounce-ms", "0"]
-    assert main(serve) == 1
+    assert main(serve) == status
     refused = capsys.readouterr().err
     assert f"cannot serve {directory}" in refused
-    assert main(["analyze", str(directory)]) != 0
-    assert capsys.readouterr().err
+    assert main(["analyze", str(directory)]) == status
+    said = capsys.readouterr()
+    assert str(directory) in said.out + said.err
 
 
 def test_analyze_on_an_empty_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

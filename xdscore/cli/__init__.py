@@ -59,11 +59,24 @@ EXAMPLES = {
 }
 """What each command's --help ends with."""
 
+EXIT_STATUSES = """\
+  0  done: serve stopped by a signal, analyze found nothing of ERROR severity, status
+     and dump answered, diff found Envoy in sync
+  1  the command ran and could not do its work: a configuration serve refuses (analyze
+     exits 1 for the same directories), an address it cannot listen on, a server status
+     or dump cannot reach (or that has no such node); for diff, Envoy differs
+  2  the command line is wrong: an unknown flag, a bad value, flags that do not go
+     together (scopes.yaml selecting on a node field the identity flags leave free among
+     them), a DIR or TLS file that does not exist or does not load; for diff, either
+     side cannot be asked"""
+"""What ``xdscore --help`` says of the exit statuses (docs/operations.md says it too)."""
+
 
 class _Parser(argparse.ArgumentParser):
     """Usage errors as one line on stderr (exit status 2), and help with examples."""
 
     examples: str = ""
+    statuses: str = ""
 
     def error(self, message: str) -> NoReturn:
         text = " ".join(message.split())
@@ -73,6 +86,8 @@ class _Parser(argparse.ArgumentParser):
         text = super().format_help()
         if self.examples:
             text += f"\nexamples:\n{self.examples}\n"
+        if self.statuses:
+            text += f"\nexit status:\n{self.statuses}\n"
         return text
 
 
@@ -126,6 +141,7 @@ def _version() -> str:
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="xdscore", description=__doc__)
     parser.examples = EXAMPLES["xdscore"]
+    parser.statuses = EXIT_STATUSES
     parser.add_argument("--version", action="version", version=f"xdscore {_version()}")
     _global_flags(parser, defaults=True)
     commands: argparse._SubParsersAction[argparse.ArgumentParser] = parser.add_subparsers(

@@ -6,7 +6,6 @@ import argparse
 import contextlib
 import logging
 import signal
-import ssl
 import sys
 from collections.abc import AsyncIterator
 from functools import partial
@@ -15,7 +14,7 @@ from pathlib import Path
 import anyio
 from anyio.streams.memory import MemoryObjectSendStream
 
-from ..cache import ScopedCache, Snapshot, SnapshotCache, same_for_all
+from ..cache import Snapshot, SnapshotCache, same_for_all
 from ..config import (
     DEFAULT_MAX_CONFIG_BYTES,
     DEFAULT_MAX_FILE_BYTES,
@@ -28,15 +27,21 @@ from ..config import (
 from ..etcd import DEFAULT_PREFIX
 from ..server import (
     LOOPS,
-    Authorizer,
     Rebalancing,
-    SpiffeNodePolicy,
     XdsServer,
     tune_collector,
 )
 from ..transport import AdminApp, CertificateFiles, GrpclibTransport, Http2Transport, serve_admin
-from . import _descriptors, _workers
-from ._common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, address, fraction, non_negative
+from . import _descriptors, _identity, _workers
+from ._common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    address,
+    directory_problem,
+    fraction,
+    non_negative,
+)
 from ._common import duration as _duration
 from ._common import positive as _positive
 
@@ -56,8 +61,9 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     serve = commands.add_parser(
         "serve",
         help="serve the Envoy resources in a directory of YAML/JSON files over xDS",
-        description="Serve every resource in DIR to every client (ADS and the per-type "
-        "services, State-of-the-World and Delta, and CSDS), reloading when files change or "
+        description="Serve the resources in DIR (ADS and the per-type services, "
+        "State-of-the-World and Delta, and CSDS): to every client, or to each what its scope "
+        "in DIR/scopes.yaml makes visible (docs/scopes.md), reloading when files change or "
         "on SIGHUP. An invalid or inconsistent change is refused and the last good snapshot "
         "keeps being served. With --etcd URL instead of DIR, serve what etcd holds under "
         "--prefix, following each revision (see docs/etcd.md).",
@@ -165,34 +171,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="the event loop: uvloop's where it is installed (auto, the default: pip install "
         "'xdscore[uvloop]'), uvloop, or asyncio's own",
     )
-    tls = serve.add_argument_group(
-        "TLS and identity",
-        "Without --tls-cert the server listens in plaintext and any client that can connect "
-        "reads every resource, private keys in secrets included.",
-    )
-    tls.add_argument("--tls-cert", type=Path, metavar="FILE", help="server certificate (PEM)")
-    tls.add_argument("--tls-key", type=Path, metavar="FILE", help="its private key (PEM)")
-    tls.add_argument(
-        "--client-ca",
-        type=Path,
-        metavar="FILE",
-        help="CA bundle for client certificates: mutual TLS, a client certificate required",
-    )
-    tls.add_argument(
-        "--node-from-spiffe",
-        nargs=2,
-        metavar=("SPIFFE_TEMPLATE", "NODE_TEMPLATE"),
-        help="bind each node to its certificate: the node id must be NODE_TEMPLATE filled "
-        "from the SPIFFE ID matched by SPIFFE_TEMPLATE, e.g. "
-        "'spiffe://{trust_domain}/ns/{namespace}/sa/{account}' '{account}.{namespace}' "
-        "(needs --client-ca); others are denied with PERMISSION_DENIED",
-    )
-    tls.add_argument(
-        "--node-field",
-        choices=("id", "cluster"),
-        default="id",
-        help="which node field --node-from-spiffe checks (default id)",
-    )
+    _identity.add_arguments(serve)
 
 
 async def run(args: argparse.Namespace) -> int:
@@ -211,23 +190,41 @@ async def run(args: argparse.Namespace) -> int:
 
         return await run_etcd(args)
     directory: Path = args.directory
+    missing = directory_problem(directory)
+    if missing is not None:
+        print(f"xdscore: cannot serve {directory}: {missing}", file=sys.stderr)
+        return EXIT_USAGE
     try:
-        certificates, authorize = _security(args)
-    except (ValueError, OSError, ssl.SSLError) as exc:
+        security = _identity.security(args)
+    except ValueError as exc:
         print(f"xdscore: cannot serve with these TLS settings: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    certificates = security.certificates
+    # scopes.yaml: each proxy sees what its scope makes visible (docs/scopes.md). Read before
+    # the first load (a file that does not load, or selects on a node field the binding
+    # leaves free, is refused before any work), then again after each load, as a reload.
+    check = _identity.binding_check(security.authorize)
+    try:
+        scopes = load_scopes(directory)
+    except ConfigError as exc:
+        print(f"xdscore: cannot serve {directory}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    refused = check(scopes)
+    if refused is not None:
+        print(f"xdscore: cannot serve {directory}: {refused}", file=sys.stderr)
+        return EXIT_USAGE
     cache = SnapshotCache(group=same_for_all)
-    # scopes.yaml: each proxy sees what its scope makes visible (docs/scopes.md); read once
-    # the directory has loaded, and again after each reload.
-    scoped = ScopedCache(cache)
+    scoped = scopes.cache(cache)
+    _identity.log_scopes(scopes, security.authorize)
 
     def scopes_again(_: object) -> None:
-        reload_scopes(scoped, directory)
+        reload_scopes(scoped, directory, check)
 
     server = XdsServer(
         scoped,
         control_plane_id=args.control_plane_id,
-        authorize=authorize,
+        authorize=security.authorize,
+        operators=security.operators,
         rebalancing=Rebalancing(
             max_stream_age=args.max_stream_age, close_fraction=args.max_stream_close_fraction
         ),
@@ -257,11 +254,11 @@ async def run(args: argparse.Namespace) -> int:
             # The first load (in a child process, like every later reload, with the same
             # limits and timeout) sets the snapshot; then the watcher follows the files.
             snapshot: Snapshot = await watching.start(watch)
-            scoped.set_scopes(load_scopes(directory))
         except ConfigError as exc:
             print(f"xdscore: cannot serve {directory}: {exc}", file=sys.stderr)
             watching.cancel_scope.cancel()
             return EXIT_FAILED
+        scopes_again(snapshot)  # an edit made while the directory loaded
         tune_collector()  # the first snapshot is loaded: see docs/limits.md
         status = await _serve(args, server, certificates, snapshot, signals, hangups, stop)
         watching.cancel_scope.cancel()
@@ -350,21 +347,3 @@ async def _admin(
         print(f"xdscore: admin endpoint on http://{host}:{bound}/", flush=True)
         task_status.started(bound)
         await anyio.sleep_forever()
-
-
-def _security(args: argparse.Namespace) -> tuple[CertificateFiles | None, Authorizer | None]:
-    """The TLS files to serve with and the node policy the flags ask for."""
-    if (args.tls_cert is None) != (args.tls_key is None):
-        raise ValueError("give both --tls-cert and --tls-key")
-    if args.client_ca is not None and args.tls_cert is None:
-        raise ValueError("--client-ca needs --tls-cert and --tls-key")
-    authorize: Authorizer | None = None
-    if args.node_from_spiffe is not None:
-        if args.client_ca is None:
-            raise ValueError("--node-from-spiffe needs --client-ca (mutual TLS)")
-        spiffe_id, node = args.node_from_spiffe
-        authorize = SpiffeNodePolicy(spiffe_id, node, args.node_field)
-    if args.tls_cert is None:
-        return None, None
-    files = CertificateFiles(args.tls_cert, args.tls_key, client_ca=args.client_ca)
-    return files, authorize

@@ -13,7 +13,14 @@ from ._loader import (
     read_directory,
 )
 from ._process import register_descriptors
-from ._scopes import SCOPES_FILE, load_scopes, parse_scopes, reload_scopes, with_scopes
+from ._scopes import (
+    SCOPES_FILE,
+    ScopesFile,
+    load_scopes,
+    parse_scopes,
+    reload_scopes,
+    with_scopes,
+)
 from ._watch import DEFAULT_RELOAD_TIMEOUT, load_directory_async, watch_directory
 
 __all__ = [
@@ -26,6 +33,7 @@ __all__ = [
     "DescriptorSetError",
     "Problem",
     "SCOPES_FILE",
+    "ScopesFile",
     "config_files",
     "load_directory",
     "load_directory_async",

@@ -55,6 +55,7 @@ __all__ = [
     "ConfigError",
     "Problem",
     "read_directory",
+    "yaml_problem",
 ]
 
 SUFFIXES = (".yaml", ".yml", ".json")
@@ -88,6 +89,23 @@ class Problem:
 
     def __str__(self) -> str:
         return f"{self.where}: {self.message}"
+
+
+def yaml_problem(where: str, error: yaml.YAMLError) -> Problem:
+    """What the parser found wrong with the file ``where``, at its line and column (the
+    parser's own rendering names no file and quotes the text: it is not repeated)."""
+    if not isinstance(error, yaml.MarkedYAMLError) or error.problem_mark is None:
+        return Problem(where, f"cannot be read: {error}")
+    mark = error.problem_mark
+    message = f"line {mark.line + 1}, column {mark.column + 1}: {error.problem}"
+    context = error.context_mark
+    if error.context and context is not None and context.line != mark.line:
+        message += (
+            f" ({error.context} that began at line {context.line + 1}, column {context.column + 1})"
+        )
+    elif error.context:
+        message += f" ({error.context})"
+    return Problem(where, f"cannot be read: {message}", mark.line + 1)
 
 
 class ConfigError(ValueError):
@@ -580,8 +598,11 @@ def parse_file(file: FileData) -> FileResult:
         return FileResult(file.path, (), (problem,), held=file.held)
     try:
         documents = _documents(file.path, file.data)
-    except (UnicodeDecodeError, yaml.YAMLError) as exc:
-        return _unreadable(file.path, Problem(str(file.path), f"cannot be read: {exc}"))
+    except yaml.YAMLError as exc:
+        return _unreadable(file.path, yaml_problem(str(file.path), exc))
+    except UnicodeDecodeError as exc:
+        reason = f"cannot be read: not UTF-8 (byte {exc.start}: {exc.reason})"
+        return _unreadable(file.path, Problem(str(file.path), reason))
     except RecursionError:
         return _unreadable(file.path, Problem(str(file.path), "cannot be read: nested too deeply"))
     except _Bounds as exc:

@@ -36,6 +36,7 @@ import attrs
 from mypy_extensions import mypyc_attr
 
 from .._errors import GrpcStatus, LocalProtocolError
+from .._memos import CLIENT_DELTA_RESPONSES, encoded_size, footprint
 from ..wire._names import canonical_names
 from ..wire._records import DeltaDiscoveryRequest, DeltaDiscoveryResponse, ErrorDetail, Node
 from ..wire._resource import Resource
@@ -406,22 +407,19 @@ class _Entries:
     all_bodies: bool
 
 
-_ENTRIES: dict[int, tuple[tuple[Resource, ...], str, _Entries]] = {}
-_ENTRIES_KEPT = 8
-
-
 def _entries(response: DeltaDiscoveryResponse) -> _Entries:
     """The :class:`_Entries` of ``response`` (remembered for the last few resource tuples
     seen, by identity: a load generator hands one decoded tuple to every client)."""
     resources = response.resources
-    kept = _ENTRIES.get(id(resources))
-    if kept is not None and kept[0] is resources and kept[1] == response.type_url:
-        return kept[2]
+    key = (id(resources), response.type_url)
+    kept = CLIENT_DELTA_RESPONSES.get(key)
+    if isinstance(kept, tuple) and kept[0] is resources:
+        entries: _Entries = kept[1]
+        return entries
     entries = _examine(response)
     if len(resources) > 1:
-        if len(_ENTRIES) >= _ENTRIES_KEPT:
-            del _ENTRIES[next(iter(_ENTRIES))]
-        _ENTRIES[id(resources)] = (resources, response.type_url, entries)
+        size = footprint(resources, entries, skip=(Resource,)) + encoded_size(resources)
+        CLIENT_DELTA_RESPONSES.put(key, (resources, entries), size)
     return entries
 
 

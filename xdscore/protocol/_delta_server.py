@@ -70,11 +70,12 @@ import operator
 import weakref
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any, Final, TypeVar, final
+from typing import Any, Final, TypeVar, cast, final
 
 import attrs
 from mypy_extensions import mypyc_attr
 
+from .._memos import DELTA_ACCEPTED, DELTA_ANSWERS
 from ..wire._names import collection_of
 from ..wire._records import DeltaDiscoveryRequest, ErrorDetail, ResourceError
 from ..wire._resource import Resource
@@ -85,7 +86,6 @@ from ._limits import StreamLimits, check_names, check_subscribed, check_type_cou
 from ._machine import ServerMachine
 from ._ordering import Holding, plan, warming
 from ._record import KEEP, Keep, Record
-from ._shared import SharedWork
 from ._state import Effect, Input, Phase, classify, step
 from ._subscription import EVERYTHING, NOTHING, WILDCARD, Subscription
 from ._view import ResourceView
@@ -107,11 +107,9 @@ _Answer = tuple[
 """Resources due and names to remove, in name order; resources found held; why names are
 absent; the resources due, new or changed for the client, that refer to types sent before
 theirs: the only ones make-before-break may hold back (see ``DeltaServer._answer``)."""
-_ANSWERS: SharedWork[_Answer] = SharedWork(16)
-"""What streams in the same state are due (see :mod:`._shared`)."""
 _Applied = tuple["_Holdings[str]", "_Holdings[Resource]", "_Holdings[str]"]
-_ACCEPTED: SharedWork[tuple[weakref.ref[Any], ...]] = SharedWork(16)
-"""What streams in the same state hold after the same ACK."""
+_OWNED_ELSEWHERE = (Resource, Subscription)
+"""What shared work holds but does not own: the cache's resources, interned subscriptions."""
 _REMOVED = ""
 """The version recorded in ``rejected_versions`` for a removal the client NACKed."""
 _UNKNOWN = ""
@@ -162,6 +160,21 @@ class DeltaResponse(Record):
         self.ttl: Final = ttl
         self.heartbeat: Final = heartbeat
         self.errors: Final = errors
+
+    @property
+    def version(self) -> str:
+        """The version this response carries (``system_version_info``)."""
+        return self.system_version_info
+
+    @property
+    def heartbeats(self) -> int:
+        """How many resources this response heartbeats (0: it is no heartbeat)."""
+        return len(self.resources) if self.heartbeat else 0
+
+    @property
+    def carries_ttl(self) -> bool:
+        """Whether it sends a resource with a TTL to a client that reads TTLs."""
+        return self.ttl and any(resource.ttl is not None for resource in self.resources)
 
 
 _STATE_FIELDS = (
@@ -485,11 +498,11 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
             subscription,
         )
         extra = (type_url, frozenset(owing))
-        answer = _ANSWERS.get(key, extra) if shareable else None
+        answer = cast("_Answer | None", DELTA_ANSWERS.get(key, extra)) if shareable else None
         if answer is None:
             answer = self._answer(type_url, state, owing, view, resources, members, empty)
             if shareable:
-                _ANSWERS.put(key, extra, answer)
+                DELTA_ANSWERS.put(key, extra, answer, skip=_OWNED_ELSEWHERE)
         sending, removed, recognised, absent, changed = answer
         if recognised:
             state = state.evolve(held={**state.held, **recognised})
@@ -764,13 +777,14 @@ def _accept(
         outstanding.removed,
         state.subscription,
     )
-    shared = _ACCEPTED.get(key, None)
+    shared = cast("tuple[weakref.ref[Any], ...] | None", DELTA_ACCEPTED.get(key, None))
     holdings = None if shared is None else _alive(shared)
     if holdings is None:
         holdings = _applied(state, outstanding)
         # Weakly: holdings no stream holds any more are no use to share, and an entry
         # holding them would keep the entry they are the key of alive, and so on back.
-        _ACCEPTED.put(key, None, tuple(weakref.ref(each) for each in holdings))
+        refs = tuple(weakref.ref(each) for each in holdings)
+        DELTA_ACCEPTED.put(key, None, refs, skip=_OWNED_ELSEWHERE)
     held_versions, held, rejected = holdings
     events.append(
         ResponseAcked(

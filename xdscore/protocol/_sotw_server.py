@@ -127,6 +127,21 @@ class SotwResponse(Record):
         self.heartbeat: Final = heartbeat
         self.errors: Final = errors
 
+    @property
+    def version(self) -> str:
+        """The version this response carries (``version_info``)."""
+        return self.version_info
+
+    @property
+    def heartbeats(self) -> int:
+        """How many resources this response heartbeats (0: it is no heartbeat)."""
+        return len(self.selection) if self.heartbeat else 0
+
+    @property
+    def carries_ttl(self) -> bool:
+        """Whether a resource it sends has a TTL."""
+        return self.selection.shortest_ttl is not None
+
 
 _STATE_FIELDS = (
     "subscription",
@@ -398,7 +413,7 @@ class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
         allowed = selection
         if denied.keys() & selection.resources.keys():
             kept = {n: r for n, r in selection.resources.items() if n not in denied}
-            allowed = Selection.of(type_url, kept, selection.subscription)
+            allowed = Selection.of(type_url, kept)
         self._authorized[type_url] = (selection, state.subscription, allowed, denied)
         return allowed, denied
 
@@ -409,12 +424,6 @@ class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
         selection, denied = self._select(type_url, state, view)
         if selection is None:
             return None
-        canonical = selection.subscription
-        if canonical is not None and canonical is not state.subscription:
-            # Share one subscription object with every stream that asks the same (the view's
-            # memo key), so later look-ups compare by identity instead of by content.
-            state = state.evolve(subscription=canonical)
-            self._types[type_url] = state
         errors = self._sotw_errors(state.subscription, selection, denied)
         if state.held is None and state.held_version == selection.version:
             state = state.evolve(held=selection)

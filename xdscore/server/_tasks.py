@@ -57,6 +57,9 @@ async def run_pair(
         watch.armed = False
         if not watch.fired or task.uncancel() > 0:
             await _finish(reading, task)
+            failed = _error_of(reading)  # (read, so that asyncio does not report it)
+            if failed is not None:
+                forget_frames(failed)
             forget_frames(cancelled)
             raise
     except BaseException as error:
@@ -70,9 +73,12 @@ async def run_pair(
             task.uncancel()
     ended: BaseException | None = None
     try:
-        if not reading.done():
-            await _finish(reading, task)
-        ended = None if reading.cancelled() else reading.exception()
+        cancelled_meanwhile = not reading.done() and await _finish(reading, task)
+        ended = _error_of(reading)
+        if cancelled_meanwhile:
+            if ended is not None:
+                forget_frames(ended)
+            raise asyncio.CancelledError
         if ended is not None:
             errors.append(ended)
         _raise_first(errors)
@@ -81,16 +87,27 @@ async def run_pair(
         del errors, ended, reading, watch
 
 
-async def _finish(reading: asyncio.Task[None], task: asyncio.Task[object]) -> None:
-    """Cancel the reader and wait for it to end; a cancellation of ``task`` goes on."""
-    reading.cancel()
-    try:
-        await reading
-    except asyncio.CancelledError:
-        if task.cancelling():
-            raise
-    except BaseException:
-        pass  # (its error is the task's: read by the caller)
+async def _finish(reading: asyncio.Task[None], task: asyncio.Task[object]) -> bool:
+    """Cancel the reader and wait for it to end, even if ``task`` is cancelled meanwhile
+    (the reader is then cancelled again); whether ``task`` was.
+
+    The reader's error stays in its task, for the caller to read: awaiting the task would
+    raise it here, and its traceback would then hold this frame, which holds the task that
+    holds the error (a cycle, keeping the stream's whole state until a full collection)."""
+    cancelled = False
+    while not reading.done():
+        reading.cancel()
+        try:
+            await asyncio.wait((reading,))
+        except asyncio.CancelledError:
+            if task.cancelling():
+                cancelled = True
+    return cancelled
+
+
+def _error_of(reading: asyncio.Task[None]) -> BaseException | None:
+    """What the finished reader raised (``None``: nothing, or it was cancelled)."""
+    return None if reading.cancelled() else reading.exception()
 
 
 def _raise_first(errors: list[BaseException]) -> None:
@@ -149,24 +166,27 @@ def forget_frames(error: BaseException) -> None:
 class Deadline:
     """Cancels the current task ``seconds`` from now unless :meth:`clear` comes first;
     :meth:`passed` tells, of a cancellation caught, whether it was this one's (and then
-    takes it back)."""
+    takes it back). Cleared, it lets go of the task (an error raised past the frame that
+    holds the deadline keeps that frame: not the task too)."""
 
     def __init__(self, seconds: float) -> None:
         task = asyncio.current_task()
         assert task is not None
-        self._task = task
+        self._task: asyncio.Task[object] | None = task
         self._fired = False
         self._timer = task.get_loop().call_later(seconds, self._fire)
 
     def _fire(self) -> None:
         self._fired = True
-        self._task.cancel()
+        if self._task is not None:
+            self._task.cancel()
 
     def clear(self) -> None:
         self._timer.cancel()
+        self._task = None
 
     def passed(self) -> bool:
-        return self._fired and self._task.uncancel() == 0
+        return self._fired and self._task is not None and self._task.uncancel() == 0
 
 
 class StreamStop:

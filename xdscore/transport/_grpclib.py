@@ -34,6 +34,7 @@ from h2.exceptions import StreamClosedError
 from .._errors import GrpcStatus, ProtocolError, RemoteProtocolError, StreamClosed
 from ..protocol._state import ProtocolName
 from ..server._server import XdsServer
+from ..server._stream import ByteStream
 from ..server._tasks import forget_frames
 from ._frames import message_size, write_message
 from ._http2 import ConnectionLimits, CutReason, GuardedH2Protocol
@@ -220,15 +221,17 @@ class GrpclibTransport:
     async def _status_stream(self, stream: grpclib.server.Stream[Any, Any]) -> None:
         with _FramesForgotten():
             async with _statuses(_peer(stream)):
+                identity = peer_identity(stream.peer.cert())
                 try:
-                    await self.server.client_status.run_stream(self._wrap(stream))
+                    await self.server.client_status.run_stream(self._wrap(stream), identity)
                 except StreamClosed:
                     return
 
     async def _status_fetch(self, stream: grpclib.server.Stream[Any, Any]) -> None:
         async with _statuses(_peer(stream)):
             data = await self._wrap(stream).receive()
-            answer = self.server.client_status.answer(data or b"")
+            identity = peer_identity(stream.peer.cert())
+            answer = self.server.client_status.answer(data or b"", identity)
             await stream.send_message(answer)
 
     def _wrap(self, stream: grpclib.server.Stream[Any, Any]) -> _GrpclibStream:
@@ -279,7 +282,7 @@ class GrpclibTransport:
         await self.stop()
 
 
-class _GrpclibStream:
+class _GrpclibStream(ByteStream):
     """One grpclib stream as message bytes; the client going away is :class:`StreamClosed`.
 
     A message longer than ``limit`` bytes is refused from its prefix, before its body is

@@ -127,11 +127,13 @@ class Http2Transport:
         return handle
 
     async def _status_stream(self, call: Call) -> None:
-        await self.server.client_status.run_stream(call)
+        identity = peer_identity(call.peer_certificate)
+        await self.server.client_status.run_stream(call, identity)
 
     async def _status_fetch(self, call: Call) -> None:
         data = await call.receive()
-        await call.send(self.server.client_status.answer(data or b""))
+        identity = peer_identity(call.peer_certificate)
+        await call.send(self.server.client_status.answer(data or b"", identity))
 
     @staticmethod
     def _calls(handle: Callable[[Call], Any]) -> Handler:

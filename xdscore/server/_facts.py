@@ -1,0 +1,60 @@
+"""What a stream session reports beside the machine's events: small immutable facts.
+
+The session (:mod:`._session`) returns them; the observer (:mod:`._observer`) turns them,
+with the machine's events, into metrics, logs and callbacks.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from ..protocol._record import Record
+from ..wire._records import Node
+
+__all__ = ["Converged", "Fact", "Identified", "Sent", "Synced"]
+
+
+class Fact(Record):
+    """Something a stream session reports."""
+
+    __slots__ = ()
+
+
+class Identified(Fact):
+    """The first request named the stream's node; its features and policy are in place."""
+
+    __slots__ = ("node",)
+    _fields = ("node",)
+
+    def __init__(self, node: Node) -> None:
+        self.node: Final = node
+
+
+class Synced(Fact):
+    """The client has answered a response of every type it asked for."""
+
+    __slots__ = ()
+
+
+class Converged(Fact):
+    """The client acknowledged a response carrying a cache change ``seconds`` after the
+    change was first seen."""
+
+    __slots__ = ("seconds", "type_url")
+    _fields = ("type_url", "seconds")
+
+    def __init__(self, type_url: str, seconds: float) -> None:
+        self.type_url: Final = type_url
+        self.seconds: Final = seconds
+
+
+class Sent(Fact):
+    """``response`` (``size`` bytes) was written, ``seconds`` after its round began."""
+
+    __slots__ = ("response", "seconds", "size")
+    _fields = ("response", "size", "seconds")
+
+    def __init__(self, response: Any, size: int, seconds: float) -> None:
+        self.response: Final = response
+        self.size: Final = size
+        self.seconds: Final = seconds
