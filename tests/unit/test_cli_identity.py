@@ -1,15 +1,19 @@
 """``xdscore serve``'s TLS and identity flags against scopes.yaml: a node field scopes select
 on that the SPIFFE binding leaves free is refused before anything listens (exit 2), and so
-are flags that cannot hold. tests/integration/test_security_tenants.py runs the accepted
+are flags that cannot hold; a scopes.yaml edited while the directory first loads is read
+again as a reload. tests/integration/test_security_tenants.py runs the accepted
 configurations against real clients."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from xdscore.cli import main
+from xdscore.cache import ScopedCache
+from xdscore.cli import _serve, main
+from xdscore.server import XdsServer
 
 from ..tls_support import CertificateAuthority
 from .test_cli_analyze import _good
@@ -139,3 +143,35 @@ def test_operator_ids_need_mutual_tls(tmp_path: Path, capsys: pytest.CaptureFixt
     argv = ["serve", str(_good(tmp_path / "config")), "--operator-id", "spiffe://x/ops"]
     assert main(argv) == 2
     assert "--operator-id needs --client-ca" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("edited", "served"),
+    [
+        (BY_ID.replace("edge", "edge-2"), ["edge-2"]),  # applied
+        (BY_CLUSTER, ["edge"]),  # selects on an unbound field: refused, the first scopes stay
+    ],
+)
+def test_a_scopes_edit_made_while_the_directory_first_loads_is_read_again(
+    edited: str, served: list[str], tmp_path: Path, certs: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    directory = config(tmp_path, BY_ID)
+    watch_directory = _serve.watch_directory
+
+    async def edit_then_watch(*args: Any, **kwargs: Any) -> None:
+        # After serve read scopes.yaml, before the file watcher starts: no reload sees it.
+        (directory / "scopes.yaml").write_text(edited)
+        await watch_directory(*args, **kwargs)
+
+    seen: list[list[str]] = []
+
+    async def record(_args: Any, server: XdsServer, *_: Any) -> int:
+        assert isinstance(server.cache, ScopedCache)
+        seen.append([scope.name for scope in server.cache.scopes])
+        return 0
+
+    monkeypatch.setattr(_serve, "watch_directory", edit_then_watch)
+    monkeypatch.setattr(_serve, "_serve", record)
+    argv = serve(directory, certs, "--node-from-spiffe", SPIFFE, "{account}.{namespace}")
+    assert main(argv) == 0
+    assert seen == [served]

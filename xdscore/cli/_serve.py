@@ -8,17 +8,18 @@ import logging
 import signal
 import sys
 from collections.abc import AsyncIterator
+from functools import partial
 from pathlib import Path
 
 import anyio
+from anyio.streams.memory import MemoryObjectSendStream
 
-from ..cache import SnapshotCache, same_for_all
+from ..cache import Snapshot, SnapshotCache, same_for_all
 from ..config import (
     DEFAULT_MAX_CONFIG_BYTES,
     DEFAULT_MAX_FILE_BYTES,
     DEFAULT_RELOAD_TIMEOUT,
     ConfigError,
-    load_directory_async,
     load_scopes,
     reload_scopes,
     watch_directory,
@@ -30,7 +31,7 @@ from ..server import (
     XdsServer,
     tune_collector,
 )
-from ..transport import AdminApp, GrpclibTransport, Http2Transport, serve_admin
+from ..transport import AdminApp, CertificateFiles, GrpclibTransport, Http2Transport, serve_admin
 from . import _descriptors, _identity, _workers
 from ._common import (
     EXIT_FAILED,
@@ -198,25 +199,21 @@ async def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"xdscore: cannot serve with these TLS settings: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    limits = {"max_file_bytes": args.max_file_bytes, "max_config_bytes": args.max_config_bytes}
+    certificates = security.certificates
+    # scopes.yaml: each proxy sees what its scope makes visible (docs/scopes.md). Read before
+    # the first load (a file that does not load, or selects on a node field the binding
+    # leaves free, is refused before any work), then again after each load, as a reload.
+    check = _identity.binding_check(security.authorize)
     try:
-        # In a worker thread, like every later reload, with the same limits and timeout.
-        snapshot = await load_directory_async(
-            directory, quiet_ms=args.debounce_ms, timeout=args.reload_timeout, **limits
-        )
-        # scopes.yaml: each proxy sees what its scope makes visible (docs/scopes.md).
         scopes = load_scopes(directory)
     except ConfigError as exc:
         print(f"xdscore: cannot serve {directory}: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    check = _identity.binding_check(security.authorize)
     refused = check(scopes)
     if refused is not None:
         print(f"xdscore: cannot serve {directory}: {refused}", file=sys.stderr)
         return EXIT_USAGE
-    certificates = security.certificates
     cache = SnapshotCache(group=same_for_all)
-    cache.set_snapshot(None, snapshot)
     scoped = scopes.cache(cache)
     _identity.log_scopes(scopes, security.authorize)
 
@@ -232,16 +229,55 @@ async def run(args: argparse.Namespace) -> int:
             max_stream_age=args.max_stream_age, close_fraction=args.max_stream_close_fraction
         ),
     )
-    tune_collector()  # the first snapshot is loaded: see docs/limits.md
-    host, port = args.listen
     hangups, requests = anyio.create_memory_object_stream[str](8)
+    stop = anyio.Event()
+    watch = partial(
+        watch_directory,
+        directory,
+        cache,
+        quiet_ms=args.debounce_ms,
+        max_delay_ms=args.max_delay_ms,
+        max_file_bytes=args.max_file_bytes,
+        max_config_bytes=args.max_config_bytes,
+        reload_timeout=args.reload_timeout,
+        stop=stop,
+        reload_requests=requests,
+        on_applied=scopes_again,
+    )
     async with (
         _signals() as signals,  # before the serving line: a signal right after it stops cleanly
-        TRANSPORTS[args.transport](server) as transport,
         hangups,
         requests,
-        anyio.create_task_group() as group,
+        anyio.create_task_group() as watching,
     ):
+        try:
+            # The first load (in a child process, like every later reload, with the same
+            # limits and timeout) sets the snapshot; then the watcher follows the files.
+            snapshot: Snapshot = await watching.start(watch)
+        except ConfigError as exc:
+            print(f"xdscore: cannot serve {directory}: {exc}", file=sys.stderr)
+            watching.cancel_scope.cancel()
+            return EXIT_FAILED
+        scopes_again(snapshot)  # an edit made while the directory loaded
+        tune_collector()  # the first snapshot is loaded: see docs/limits.md
+        status = await _serve(args, server, certificates, snapshot, signals, hangups, stop)
+        watching.cancel_scope.cancel()
+    return status
+
+
+async def _serve(
+    args: argparse.Namespace,
+    server: XdsServer,
+    certificates: CertificateFiles | None,
+    snapshot: Snapshot,
+    signals: AsyncIterator[int],
+    hangups: MemoryObjectSendStream[str],
+    stop: anyio.Event,
+) -> int:
+    """Listen, and serve until SIGINT or SIGTERM (passing SIGHUP on as a reload request);
+    the exit status."""
+    host, port = args.listen
+    async with TRANSPORTS[args.transport](server) as transport, anyio.create_task_group() as group:
         context = certificates.context if certificates is not None else None
         try:
             bound = await transport.start(
@@ -250,7 +286,7 @@ async def run(args: argparse.Namespace) -> int:
         except OSError as exc:
             print(f"xdscore: cannot listen on {host}:{port}: {exc.strerror}", file=sys.stderr)
             return EXIT_FAILED
-        print(f"xdscore: serving {directory} on {host}:{bound}: {snapshot}", flush=True)
+        print(f"xdscore: serving {args.directory} on {host}:{bound}: {snapshot}", flush=True)
         if certificates is None:
             log.warning(
                 "serving in plaintext: any client that can connect to %s:%d reads every "
@@ -258,7 +294,6 @@ async def run(args: argparse.Namespace) -> int:
                 host,
                 bound,
             )
-        stop = anyio.Event()
         if certificates is not None:
             group.start_soon(lambda: certificates.watch(stop=stop))
         if _workers.is_worker(args):
@@ -266,19 +301,6 @@ async def run(args: argparse.Namespace) -> int:
         if args.admin is not None and not await _start_admin(group, server, args.admin):
             group.cancel_scope.cancel()
             return EXIT_FAILED
-        group.start_soon(
-            lambda: watch_directory(
-                directory,
-                cache,
-                quiet_ms=args.debounce_ms,
-                max_delay_ms=args.max_delay_ms,
-                reload_timeout=args.reload_timeout,
-                stop=stop,
-                reload_requests=requests,
-                on_applied=scopes_again,
-                **limits,
-            )
-        )
         async for signum in signals:
             if signum == signal.SIGHUP:
                 try:

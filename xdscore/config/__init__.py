@@ -1,7 +1,7 @@
 """Serving Envoy resources from a directory of YAML/JSON files."""
 
 from ..wire._descriptors import DescriptorSetError
-from ..wire._descriptors import register_descriptor_set as register_descriptors
+from ._assemble import load_directory
 from ._loader import (
     DEFAULT_MAX_CONFIG_BYTES,
     DEFAULT_MAX_FILE_BYTES,
@@ -10,9 +10,9 @@ from ._loader import (
     ConfigError,
     Problem,
     config_files,
-    load_directory,
     read_directory,
 )
+from ._process import register_descriptors
 from ._scopes import (
     SCOPES_FILE,
     ScopesFile,
