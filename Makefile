@@ -6,30 +6,28 @@ PYTEST_ARGS ?=
 BENCH_ARGS ?=
 NODE_CLIENT := tests/integration/node
 
-.PHONY: venv compiled pure node demo test lint typecheck docs unit integration test-deep bench format clean
+.PHONY: venv compiled pure node demo test lint typecheck docs unit unit-pure integration test-deep bench format clean
 
+## An editable install holds the sources (XDSCORE_PURE=1 spares its build environment the
+## compile's requirements); `make compiled` builds the compiled modules in place.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	XDSCORE_PURE=1 $(PY) -m pip install --quiet -e '.[dev]'
 	touch $@
 
 venv: $(VENV)/.installed
 
-## The modules pyproject.toml lists under [tool.xdscore] compiled, built with mypyc beside
-## their sources (rebuilt when any source changes); `make pure` removes the build.
-COMPILED := $(shell $(PYTHON) -c "import tomllib; print(' '.join(tomllib.load(open('pyproject.toml', 'rb'))['tool']['xdscore']['compiled']))")
+## The modules pyproject.toml lists under [tool.xdscore] compiled, and its compiled-tools,
+## built with mypyc beside their sources by hatch_build.py (the wheel's build hook, the same
+## compile); rebuilt when any source changes. `make pure` removes the build.
 TOOLS := $(shell $(PYTHON) -c "import tomllib; print(' '.join(tomllib.load(open('pyproject.toml', 'rb'))['tool']['xdscore']['compiled-tools']))")
 
-$(VENV)/.compiled: $(VENV)/.installed $(shell find xdscore -name '*.py') $(TOOLS)
+$(VENV)/.compiled: $(VENV)/.installed hatch_build.py $(shell find xdscore -name '*.py') $(TOOLS)
 	rm -f *__mypyc*.so
 	find xdscore benchmarks -name '*.so' -delete
-	$(VENV)/bin/mypyc $(COMPILED) > build-mypyc.log 2>&1 || (tail -40 build-mypyc.log; exit 1)
-	for tool in $(TOOLS); do \
-	  (cd $$(dirname $$tool) && $(abspath $(VENV))/bin/mypyc $$(basename $$tool)) >> build-mypyc.log 2>&1 \
-	    || { tail -40 build-mypyc.log; exit 1; }; \
-	done
-	# (An unchanged module's stub is copied from build/ with its old time: the tests compare
+	$(PY) hatch_build.py > build-mypyc.log 2>&1 || (tail -40 build-mypyc.log; exit 1)
+	# (An unchanged module's stub is copied from build/mypyc with its old time: the tests compare
 	# the build's time with the sources'.)
 	find xdscore benchmarks -name '*.so' -exec touch {} +
 	touch $@
@@ -52,18 +50,20 @@ demo: venv compiled
 	$(PY) examples/demo.py
 
 ## The whole suite: lint, types, the docs site, unit, property and integration tests (real
-## Envoy, real gRPC clients in Python and Node.js).
+## Envoy, real gRPC clients in Python and Node.js) on the compiled build, then the unit and
+## property tests again on the pure build (XDSCORE_PURE=1: the sources are loaded).
 test: venv compiled node lint typecheck docs
 	XDSCORE_COMPILED=1 $(PY) -m pytest $(PYTEST_ARGS)
+	XDSCORE_PURE=1 $(PY) -m pytest tests/unit tests/property $(PYTEST_ARGS)
 
 lint: venv
-	$(PY) -m ruff check xdscore tests examples benchmarks
+	$(PY) -m ruff check xdscore tests examples benchmarks hatch_build.py
 	$(VENV)/bin/lint-imports
-	$(PY) -m ruff format --check xdscore tests examples benchmarks
+	$(PY) -m ruff format --check xdscore tests examples benchmarks hatch_build.py
 
 ## The library, and the test helpers other test modules build on.
 typecheck: venv
-	$(VENV)/bin/mypy --strict xdscore tests/factories.py tests/property/_invariants.py tests/property/_model.py tests/integration/_envoy_support.py tests/integration/_delta_support.py tests/integration/_client_process.py tests/fault/_clients.py tests/tls_support.py tests/etcd_support.py
+	$(VENV)/bin/mypy --strict xdscore hatch_build.py tests/factories.py tests/property/_invariants.py tests/property/_model.py tests/integration/_envoy_support.py tests/integration/_delta_support.py tests/integration/_client_process.py tests/fault/_clients.py tests/tls_support.py tests/etcd_support.py
 
 ## The documentation site (mkdocs.yml) into build/site; a broken link or anchor fails it.
 docs: venv
@@ -71,6 +71,10 @@ docs: venv
 
 unit: venv compiled
 	XDSCORE_COMPILED=1 $(PY) -m pytest tests/unit tests/property $(PYTEST_ARGS)
+
+## The unit and property tests on the pure build, with the compiled modules in place.
+unit-pure: venv
+	XDSCORE_PURE=1 $(PY) -m pytest tests/unit tests/property $(PYTEST_ARGS)
 
 integration: venv compiled node
 	XDSCORE_COMPILED=1 $(PY) -m pytest tests/integration tests/fault $(PYTEST_ARGS)
@@ -85,8 +89,8 @@ bench: venv compiled
 	$(PY) benchmarks/run.py --matrix $(BENCH_ARGS)
 
 format: venv
-	$(PY) -m ruff format xdscore tests examples benchmarks
-	$(PY) -m ruff check --fix xdscore tests examples benchmarks
+	$(PY) -m ruff format xdscore tests examples benchmarks hatch_build.py
+	$(PY) -m ruff check --fix xdscore tests examples benchmarks hatch_build.py
 
 clean: pure
 	rm -rf $(VENV) $(NODE_CLIENT)/node_modules .pytest_cache .mypy_cache .ruff_cache .hypothesis

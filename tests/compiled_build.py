@@ -1,4 +1,5 @@
-"""The compiled build (``make compiled``): which modules it holds, and whether it is stale."""
+"""The compiled build in a clone (``make compiled``): which modules it holds, and whether it is
+stale."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import importlib
 import tomllib
 from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
+
+from xdscore._build import module_name
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -18,7 +21,7 @@ def _settings() -> dict[str, list[str]]:
 
 def listed() -> list[str]:
     """The modules pyproject.toml says to compile, as dotted names."""
-    return [path.removesuffix(".py").replace("/", ".") for path in _settings()["compiled"]]
+    return [module_name(path) for path in _settings()["compiled"]]
 
 
 def tools() -> list[Path]:
