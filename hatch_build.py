@@ -6,12 +6,15 @@ install`` of the sdist, ``python -m build`` (pyproject.toml,
 ``[tool.xdscore] compiled`` with mypyc, through the same calls as mypy's own setup.py
 (``mypycify``, then setuptools' ``build_ext``), into extension modules that the wheel holds
 beside their sources (a platform wheel), with ``xdscore/_build.json`` naming them. It
-builds the wheel of sources alone (any platform, CPython 3.11+), saying why in one line:
+builds the wheel of sources alone (for any Python 3.11+), saying why in one line:
 
 * when ``XDSCORE_PURE=1`` is set;
 * when the interpreter is not CPython, or no C compiler here can build a Python extension
   (none installed, or no Python headers);
-* when the compile fails, unless ``XDSCORE_COMPILED=1`` is set: then the build fails.
+* when the compile fails.
+
+With ``XDSCORE_COMPILED=1`` set (and not ``XDSCORE_PURE=1``), the build fails instead of
+falling back.
 
 An editable install holds the sources only. Run as a script (``make compiled``), this
 file compiles the same modules, and the tools listed under ``compiled-tools``, in place
@@ -152,6 +155,9 @@ class CompiledWheel(BuildHookInterface[BuilderConfig]):
         if version == "editable":  # the clone's sources; `make compiled` builds in place
             return
         reason = why_pure() or self._compile(build_data)
+        if reason and os.environ.get(REQUIRED) == "1" and os.environ.get(PURE) != "1":
+            message = f"xdscore: {REQUIRED}=1 is set, and {reason}"
+            raise RuntimeError(message)
         if reason:
             self.app.display_warning(f"xdscore: building the pure-Python wheel: {reason}")
 
@@ -169,10 +175,7 @@ class CompiledWheel(BuildHookInterface[BuilderConfig]):
             if os.environ.get(REQUIRED) == "1":
                 raise
             said = str(exc) if str(exc) not in ("", "1") else "mypy's errors are above"
-            return (
-                f"the mypyc compile failed ({type(exc).__name__}: {said}); "
-                f"{REQUIRED}=1 makes this an error"
-            )
+            return f"the mypyc compile failed ({type(exc).__name__}: {said})"
         lib = self._scratch / "lib"
         names = {path.relative_to(lib).as_posix().split(".")[0] for path in built}
         missing = [path for path in sources if path.removesuffix(".py") not in names]
