@@ -18,16 +18,19 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed
 
-## The modules pyproject.toml lists under [tool.xdscore] compiled, and its compiled-tools,
-## built with mypyc beside their sources by hatch_build.py (the wheel's build hook, the same
-## compile); rebuilt when any source changes. `make pure` removes the build.
+## The modules pyproject.toml lists under [tool.xdscore] compiled, compiled with mypyc as a
+## user's install compiles them: hatch_build.py builds the sdist and the compiled wheel from
+## it into build/dist (which the integration tests reuse: DIST) and puts the wheel's extension
+## modules beside their sources; then it compiles the compiled-tools in place. Rebuilt when
+## any source changes. `make pure` removes the build.
 TOOLS := $(shell $(PYTHON) -c "import tomllib; print(' '.join(tomllib.load(open('pyproject.toml', 'rb'))['tool']['xdscore']['compiled-tools']))")
+DIST := build/dist
 
-$(VENV)/.compiled: $(VENV)/.installed hatch_build.py $(shell find xdscore -name '*.py') $(TOOLS)
+$(VENV)/.compiled: $(VENV)/.installed hatch_build.py $(shell find xdscore -name '*.py') $(shell find stubs -name '*.pyi') $(TOOLS)
 	rm -f *__mypyc*.so
 	find xdscore benchmarks -name '*.so' -delete
 	$(PY) hatch_build.py > build-mypyc.log 2>&1 || (tail -40 build-mypyc.log; exit 1)
-	# (An unchanged module's stub is copied from build/mypyc with its old time: the tests compare
+	# (A tool's unchanged module is copied from build/ with its old time: the tests compare
 	# the build's time with the sources'.)
 	find xdscore benchmarks -name '*.so' -exec touch {} +
 	touch $@
@@ -36,6 +39,7 @@ compiled: $(VENV)/.compiled
 
 pure:
 	rm -f $(VENV)/.compiled *__mypyc*.so
+	rm -rf $(DIST)
 	find xdscore benchmarks -name '*.so' -delete
 
 ## gRPC's Node.js xDS client for the integration tests, exactly as package-lock.json pins it.
@@ -53,7 +57,7 @@ demo: venv compiled
 ## Envoy, real gRPC clients in Python and Node.js) on the compiled build, then the unit and
 ## property tests again on the pure build (XDSCORE_PURE=1: the sources are loaded).
 test: venv compiled node lint typecheck docs
-	XDSCORE_COMPILED=1 $(PY) -m pytest $(PYTEST_ARGS)
+	XDSCORE_COMPILED=1 XDSCORE_DIST=$(DIST) $(PY) -m pytest $(PYTEST_ARGS)
 	XDSCORE_PURE=1 $(PY) -m pytest tests/unit tests/property $(PYTEST_ARGS)
 
 lint: venv
@@ -77,7 +81,7 @@ unit-pure: venv
 	XDSCORE_PURE=1 $(PY) -m pytest tests/unit tests/property $(PYTEST_ARGS)
 
 integration: venv compiled node
-	XDSCORE_COMPILED=1 $(PY) -m pytest tests/integration tests/fault $(PYTEST_ARGS)
+	XDSCORE_COMPILED=1 XDSCORE_DIST=$(DIST) $(PY) -m pytest tests/integration tests/fault $(PYTEST_ARGS)
 
 ## Property tests with the deep hypothesis profile (long; not run in CI).
 test-deep: venv

@@ -17,8 +17,9 @@ With ``XDSCORE_COMPILED=1`` set (and not ``XDSCORE_PURE=1``), the build fails in
 falling back.
 
 An editable install holds the sources only. Run as a script (``make compiled``), this
-file compiles the same modules, and the tools listed under ``compiled-tools``, in place
-beside their sources in a clone.
+file builds the sdist and the compiled wheel from it, puts the wheel's extension modules
+beside their sources in the clone, and compiles the tools listed under ``compiled-tools``
+in place.
 """
 
 from __future__ import annotations
@@ -29,11 +30,13 @@ import json
 import os
 import platform
 import shutil
+import subprocess
 import sys
 import sysconfig
 import tempfile
 import time
 import tomllib
+import zipfile
 from collections.abc import Iterator
 from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
@@ -203,11 +206,31 @@ class CompiledWheel(BuildHookInterface[BuilderConfig]):
 
 
 def main() -> None:
-    """``make compiled``: the listed modules, then each tool in its own directory, in place
-    (the C code and objects under build/mypyc)."""
-    found = settings()
-    compile_modules(found["compiled"], cwd=ROOT, build=ROOT / "build" / "mypyc", in_place=True)
-    for tool in found["compiled-tools"]:
+    """``make compiled``: the sdist and the compiled wheel from it, built as a user's install
+    builds them (``python -m build``, ``XDSCORE_COMPILED=1``) into build/dist, where
+    tests/integration/test_core_install.py finds them; the wheel's extension modules put
+    beside their sources; then each tool compiled in place, in its own directory."""
+    dist = ROOT / "build" / "dist"
+    shutil.rmtree(dist, ignore_errors=True)
+    environment = {name: value for name, value in os.environ.items() if name != PURE}
+    built = subprocess.run(
+        [sys.executable, "-m", "build", "--outdir", str(dist), str(ROOT)],
+        env={**environment, REQUIRED: "1"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    said = built.stdout + built.stderr
+    print(said)
+    if built.returncode:
+        sys.exit(f"python -m build failed with status {built.returncode}")
+    (dist / "build.log").write_text(said)
+    (wheel,) = dist.glob("*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        for name in archive.namelist():
+            if name.endswith(tuple(EXTENSION_SUFFIXES)):
+                archive.extract(name, ROOT)
+    for tool in settings()["compiled-tools"]:
         path = ROOT / tool
         scratch = ROOT / "build" / "mypyc-tools" / path.stem
         compile_modules([path.name], cwd=path.parent, build=scratch, in_place=True)

@@ -2,7 +2,8 @@
 
 ``python -m build`` makes the sdist and, from it, the wheel, as a user's ``pip install`` of
 the sdist does: ``hatch_build.py`` compiles the modules pyproject.toml lists with mypyc
-(about 3 minutes here; once for this module, every test shares the build). The compiled
+(about 3 minutes here; once for this module, every test shares the build, and under ``make
+test`` it is the build ``make compiled`` made with the same command). The compiled
 wheel must hold an extension module for each listed module and nothing else compiled, and in
 a new virtualenv those are what Python loads and what ``xdscore --version`` reports.
 ``XDSCORE_PURE=1`` builds the wheel of sources alone (any platform), which imports and
@@ -174,19 +175,50 @@ def _run(command: list[str], env: Mapping[str, str] | None = None, timeout: floa
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
     """The sdist and the compiled wheel from it (``python -m build``, which must compile:
-    XDSCORE_COMPILED=1), and the wheel of sources from the same sdist (XDSCORE_PURE=1)."""
+    XDSCORE_COMPILED=1), and the wheel of sources from the same sdist (XDSCORE_PURE=1).
+    ``make test`` passes XDSCORE_DIST, where ``make compiled`` built the first two with the
+    same command: they are taken from there when they are newer than every source."""
     out = tmp_path_factory.mktemp("dist")
-    started = time.monotonic()
-    said = _run(
-        [sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)],
-        env=_environment(XDSCORE_COMPILED="1"),
-        timeout=BUILD_SECONDS,
-    )
-    print(f"python -m build (sdist, then the compiled wheel): {time.monotonic() - started:.0f} s")
-    (sdist,) = out.glob("*.tar.gz")
-    (compiled,) = out.glob("*.whl")
+    dist = os.environ.get("XDSCORE_DIST")
+    reused = _fresh_build(ROOT / dist) if dist else None
+    if reused is not None:
+        sdist, compiled, said = reused
+        print(f"the sdist and the compiled wheel from {sdist.parent} (make compiled)")
+    else:
+        started = time.monotonic()
+        said = _run(
+            [sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)],
+            env=_environment(XDSCORE_COMPILED="1"),
+            timeout=BUILD_SECONDS,
+        )
+        took = time.monotonic() - started
+        print(f"python -m build (the sdist, then the compiled wheel): {took:.0f} s")
+        (sdist,) = out.glob("*.tar.gz")
+        (compiled,) = out.glob("*.whl")
     pure = _wheel_of(sdist, out / "pure", _environment(XDSCORE_PURE="1"))[0]
     return Built(sdist=sdist, compiled=compiled, pure=pure, said=said)
+
+
+def _fresh_build(dist: Path) -> tuple[Path, Path, str] | None:
+    """The sdist, wheel and build log ``make compiled`` left in ``dist``, if the sdist is
+    newer than every source of the package, its stubs and its build."""
+    sdists, wheels, log = list(dist.glob("*.tar.gz")), list(dist.glob("*.whl")), dist / "build.log"
+    if len(sdists) != 1 or len(wheels) != 1 or not log.is_file():
+        return None
+    sources = [
+        *(
+            path
+            for path in (ROOT / "xdscore").rglob("*")
+            if path.suffix in (".py", ".pyi", ".typed")
+        ),
+        *(ROOT / "stubs").rglob("*.pyi"),
+        ROOT / "pyproject.toml",
+        ROOT / "hatch_build.py",
+    ]
+    built_at = sdists[0].stat().st_mtime
+    if any(path.stat().st_mtime > built_at for path in sources):
+        return None
+    return sdists[0], wheels[0], log.read_text()
 
 
 def _wheel_of(sdist: Path, out: Path, env: Mapping[str, str]) -> tuple[Path, str]:
