@@ -111,19 +111,18 @@ def _output_to(path: Path) -> Iterator[Path]:
 
 
 def compile_modules(sources: list[str], *, cwd: Path, build: Path, in_place: bool) -> list[Path]:
-    """Compile ``sources`` (paths from ``cwd``) with mypyc into one shared library and a
-    small extension module per source; return the files built under ``build/lib`` (they
-    are also copied beside their sources when ``in_place``). Raises (or exits) on a type
-    error or a failed C compile. ``MYPYC_OPT_LEVEL`` and ``MYPYC_DEBUG_LEVEL`` apply, as
-    for the ``mypyc`` command."""
+    """Compile ``sources`` (paths from ``cwd``) with mypyc (several: one shared library and
+    a small extension module for each); return the files built under ``build/lib``, which
+    are also copied beside their sources when ``in_place``. Raises (or exits) on a type
+    error or a failed C compile. ``MYPYC_OPT_LEVEL`` and ``MYPYC_DEBUG_LEVEL`` apply, as for
+    the ``mypyc`` command."""
     from mypyc.build import mypycify
-    from setuptools.dist import Distribution  # type: ignore[import-not-found]  # (untyped)
+    from setuptools.dist import Distribution
 
     lib = build / "lib"
     with contextlib.chdir(cwd):
-        cache = [] if in_place else [f"--cache-dir={build / 'mypy-cache'}"]
         extensions = mypycify(
-            [*sources, *cache],
+            [*sources, f"--cache-dir={build / 'mypy-cache'}"],
             target_dir=str(build / "c"),
             opt_level=os.environ.get("MYPYC_OPT_LEVEL", "3"),
             debug_level=os.environ.get("MYPYC_DEBUG_LEVEL", "1"),
@@ -138,7 +137,8 @@ def compile_modules(sources: list[str], *, cwd: Path, build: Path, in_place: boo
 
 
 def module_name(path: str) -> str:
-    """``xdscore/wire/_codec.py`` -> ``xdscore.wire._codec``."""
+    """``xdscore/wire/_codec.py`` -> ``xdscore.wire._codec``, as xdscore._build names them
+    (the build does not import the package it builds)."""
     return path.removesuffix(".py").replace("/", ".")
 
 
@@ -155,7 +155,7 @@ class CompiledWheel(BuildHookInterface[BuilderConfig]):
 
     def initialize(self, version: str, build_data: dict[str, Any]) -> None:
         self._scratch: Path | None = None
-        if version == "editable":  # the clone's sources; `make compiled` builds in place
+        if version == "editable":  # the clone's sources; see `make compiled`
             return
         reason = why_pure() or self._compile(build_data)
         if reason and os.environ.get(REQUIRED) == "1" and os.environ.get(PURE) != "1":
