@@ -3,7 +3,8 @@
 The modules on every stream's path are listed once, under ``[tool.xdscore] compiled`` in
 pyproject.toml. A compiled wheel (``hatch_build.py``) holds an extension module beside the
 source of each, and ``_build.json`` naming them and the compiler; in a clone, ``make
-compiled`` builds the same modules in place and the list is read from pyproject.toml.
+compiled`` puts that wheel's extension modules beside the sources and the list is read from
+pyproject.toml.
 Python loads an extension module in place of the source beside it, so what is loaded is
 decided module by module: :func:`loaded_build` imports each listed module and says which.
 
