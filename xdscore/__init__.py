@@ -13,6 +13,11 @@ import importlib
 import importlib.metadata
 from typing import TYPE_CHECKING, Any
 
+from ._build import load_sources_only, pure_requested
+
+if pure_requested():  # XDSCORE_PURE=1: the sources, even where compiled modules are present
+    load_sources_only()
+
 if TYPE_CHECKING:
     from ._errors import GrpcStatus, LocalProtocolError, ProtocolError, RemoteProtocolError
     from .cache import (

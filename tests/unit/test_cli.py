@@ -5,6 +5,7 @@ place, help with examples, analyze and serve refusing the same directories, and 
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import signal
 import subprocess
@@ -20,7 +21,9 @@ from envoy.config.core.v3 import base_pb2
 from envoy.service.discovery.v3 import discovery_pb2
 
 import xdscore
+from tests.compiled_build import listed
 from xdscore import CLUSTER
+from xdscore._build import describe, loaded_build
 from xdscore.cli import main
 from xdscore.transport.grpclib.client import open_channel
 
@@ -126,11 +129,16 @@ def test_bootstrap_refuses_incomplete_tls_flags(
     assert line.startswith(f"xdscore bootstrap {kind}: ")
 
 
-def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+def test_version_says_which_build_is_loaded(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exited:
         main(["--version"])
     assert exited.value.code == 0
-    assert capsys.readouterr().out == f"xdscore {xdscore.__version__}\n"
+    line = capsys.readouterr().out
+    assert line == f"xdscore {xdscore.__version__} ({describe(loaded_build())})\n"
+    if os.environ.get("XDSCORE_PURE") == "1":
+        assert line.endswith(" (pure Python: XDSCORE_PURE=1)\n")
+    elif os.environ.get("XDSCORE_COMPILED") == "1":
+        assert line.endswith(f" (compiled: {len(listed())} modules by mypyc)\n")
 
 
 @pytest.fixture

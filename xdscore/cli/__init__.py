@@ -132,17 +132,28 @@ def _subparsers(parser: argparse.ArgumentParser) -> list[tuple[str, argparse.Arg
     return found
 
 
-def _version() -> str:
-    from .. import __version__
+class _Version(argparse.Action):
+    """``--version``: the version and which build is loaded (compiled, pure, or partly),
+    worked out only when asked for (it imports every module the build lists)."""
 
-    return __version__
+    def __init__(self, option_strings: Sequence[str], dest: str) -> None:
+        super().__init__(
+            option_strings, dest, nargs=0, help="print the version and the build loaded, and exit"
+        )
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> NoReturn:
+        from .. import __version__
+        from .._build import describe, loaded_build
+
+        print(f"xdscore {__version__} ({describe(loaded_build())})")
+        parser.exit()
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="xdscore", description=__doc__)
     parser.examples = EXAMPLES["xdscore"]
     parser.statuses = EXIT_STATUSES
-    parser.add_argument("--version", action="version", version=f"xdscore {_version()}")
+    parser.add_argument("--version", action=_Version)
     _global_flags(parser, defaults=True)
     commands: argparse._SubParsersAction[argparse.ArgumentParser] = parser.add_subparsers(
         dest="command", required=True, metavar="COMMAND", parser_class=_Parser
