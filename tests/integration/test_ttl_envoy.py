@@ -37,7 +37,7 @@ from xdscore import (
 )
 from xdscore import builders as b
 from xdscore.protocol import ClientFeatures, SotwResponse
-from xdscore.server import _driver, _server
+from xdscore.server import _codecs, _server
 from xdscore.testing import Envoy, HttpBackend, envoy_bootstrap, free_port
 
 from ._envoy_support import CallbackLog, get
@@ -162,7 +162,7 @@ def body_less(response: SotwResponse, control_plane: str) -> tuple[bytes, ...]:
     """A SotW response encoded as xds_protocol.rst describes a heartbeat for heartbeats:
     each resource wrapped with its name, the held version and its TTL, and no body."""
     if not response.heartbeat:
-        return _driver.SOTW.encode(response, control_plane)
+        return _codecs.SOTW.encode(response, control_plane)
     message = discovery_pb2.DiscoveryResponse(
         version_info=response.version_info, nonce=response.nonce, type_url=response.type_url
     )
@@ -182,7 +182,7 @@ async def test_body_less_sotw_heartbeats_would_delete_every_listener(
     protocol text gives), Envoy 1.40 leaves the heartbeats out of the listeners it applies and
     so applies an empty listener set at the first heartbeat, the listener without a TTL
     included."""
-    monkeypatch.setattr(_server, "SOTW", attrs.evolve(_driver.SOTW, encode=body_less))
+    monkeypatch.setattr(_server, "SOTW", attrs.evolve(_codecs.SOTW, encode=body_less))
     with HttpBackend("hello") as backend:
         keep_port, drop_port = free_port(), free_port()
         cache = SnapshotCache(group=same_for_all)

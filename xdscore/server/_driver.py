@@ -42,6 +42,10 @@ __all__ = ["ServerDriver"]
 
 log = logging.getLogger("xdscore.server")
 
+LARGE_REQUEST = 1 << 20
+"""Bytes over which a request is large: the objects its handling scattered may keep memory
+after the stream ends until a full collection (see :class:`Trimmer`)."""
+
 _Request = TypeVar("_Request")
 _Response = TypeVar("_Response", bound=Response)
 
@@ -78,6 +82,8 @@ class ServerDriver(Generic[_Request, _Response]):
         self._backlog: _Backlog[_Response] | None = None
         """Responses the read task could not write without waiting: the write task writes
         them first."""
+        self.received_large = False
+        """Whether a request over ``LARGE_REQUEST`` bytes arrived (refused or not)."""
 
     async def run(self) -> None:
         """Serve until the client closes its side or goes away; raises :class:`ProtocolError`."""
@@ -147,6 +153,8 @@ class ServerDriver(Generic[_Request, _Response]):
     async def _apply(self, data: bytes) -> None:
         settings, session = self._settings, self.session
         info = session.info
+        if len(data) > LARGE_REQUEST:
+            self.received_large = True
         request = self._codec.decode(
             checked(data, settings.max_request_bytes, "request"), info.node, settings.max_names
         )

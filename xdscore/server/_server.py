@@ -328,7 +328,7 @@ class XdsServer:
                 self._syncing -= 1
             if gauge is not None:
                 gauge.dec()
-            self._trimmer.stream_ended()
+            self._trimmer.stream_ended(collect=driver.received_large)
             _log_close(info, error, stop.called, recycled)
             try:
                 self.callbacks.on_stream_close(info, error)

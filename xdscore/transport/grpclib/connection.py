@@ -161,7 +161,8 @@ _SLICE = 16_384
 class GuardedH2Protocol(H2Protocol):
     """grpclib's server connection with the bounds of :class:`ConnectionLimits`.
 
-    ``on_cut`` is called with the reason once, when the connection is cut.
+    ``on_cut`` is called with the reason once, when the connection is cut; ``on_lost`` with
+    the connection's handler once the connection is gone.
     """
 
     processor: _GuardedProcessor
@@ -175,10 +176,12 @@ class GuardedH2Protocol(H2Protocol):
         *,
         limits: ConnectionLimits,
         on_cut: Callable[[CutReason], None],
+        on_lost: Callable[[AbstractHandler], None] | None = None,
     ) -> None:
         super().__init__(handler, config, h2_config)
         self._limits = limits
         self._on_cut = on_cut
+        self._on_lost = on_lost
         self._opened = 0.0
         self.cut: CutReason | None = None
         """Why the connection was cut, once it was."""
@@ -239,6 +242,8 @@ class GuardedH2Protocol(H2Protocol):
     def connection_lost(self, exc: BaseException | None) -> None:
         super().connection_lost(exc)  # (grpclib drops its processor's own cycle there)
         let_go(self._transport)
+        if self._on_lost is not None:
+            self._on_lost(self.handler)
         # Our processor keeps a callback to this connection: a cycle that would keep the
         # whole connection (h2's state, buffers, streams) until a full collection.
         self.processor.release()

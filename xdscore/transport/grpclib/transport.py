@@ -95,6 +95,7 @@ class _Server(grpclib.server.Server):
         self._connection_limits = connection_limits
         self._on_cut = on_cut
         self._connections: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._forgetting: set[asyncio.Task[None]] = set()
 
     def _protocol_factory(self) -> Any:
         # grpclib's factory creates and registers the connection's handler; the connection
@@ -106,9 +107,26 @@ class _Server(grpclib.server.Server):
             plain.h2_config,
             limits=self._connection_limits,
             on_cut=self._on_cut,
+            on_lost=self._forget_handler,
         )
         self._connections.add(protocol)
         return protocol
+
+    def _forget_handler(self, handler: Any) -> None:
+        # grpclib keeps a closed connection's handler until its next sweep, a thousand
+        # connections later; those that outlive the requests they served keep the memory
+        # allocated around them from going back to the system. Forgotten once its calls
+        # (cancelled as the connection went) have ended, so that stopping still waits for them.
+        if handler.check_closed():
+            self._handlers.discard(handler)
+            return
+        forgetting = asyncio.get_running_loop().create_task(self._forget_when_closed(handler))
+        self._forgetting.add(forgetting)
+        forgetting.add_done_callback(self._forgetting.discard)
+
+    async def _forget_when_closed(self, handler: Any) -> None:
+        await handler.wait_closed()
+        self._handlers.discard(handler)
 
     def drop_connections(self) -> None:
         for protocol in list(self._connections):
