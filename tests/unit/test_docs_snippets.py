@@ -5,7 +5,7 @@ the pages name (``server.crt``, ``server.key``, ``ca.crt``, ``clients-ca.crt``).
 that serves until stopped is marked ``<!-- test: serves -->`` on the line before it: it must
 still be running, without a traceback, a few seconds later. One that needs something the
 test cannot give (a running etcd) is marked ``<!-- test: skip, REASON -->``.
-docs/reference.md holds mkdocstrings directives, not programs, and is not read.
+docs/reference/ holds mkdocstrings directives, not programs, and is not read.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from _pytest.mark import ParameterSet
 from ..tls_support import CertificateAuthority
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
-NOT_PROGRAMS = {"reference.md"}
 SERVES_FOR = 4.0
 """Seconds a block marked ``serves`` must keep running."""
 _BLOCK = re.compile(r"(?m)^```python\n(.*?)^```", re.DOTALL)
@@ -33,8 +32,6 @@ _MARK = re.compile(r"<!-- test: (serves|skip, [^>]+) -->\s*$")
 def _blocks() -> list[ParameterSet]:
     params = []
     for page in sorted(DOCS.glob("*.md")):
-        if page.name in NOT_PROGRAMS:
-            continue
         text = page.read_text()
         for block in _BLOCK.finditer(text):
             before = text[: block.start()].rstrip("\n").rsplit("\n", 1)[-1]
