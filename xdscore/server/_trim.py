@@ -37,13 +37,8 @@ class Trimmer:
 
     def __init__(self, delay: float = TRIM_DELAY) -> None:
         self.delay = delay
-        self.trims = 0
         self._trim = _malloc_trim()
         self._pending: asyncio.TimerHandle | None = None
-
-    @property
-    def available(self) -> bool:
-        return self._trim is not None
 
     def stream_ended(self) -> None:
         if self._trim is None or self._pending is not None:
@@ -54,4 +49,3 @@ class Trimmer:
         self._pending = None
         if self._trim is not None:
             self._trim(0)
-            self.trims += 1

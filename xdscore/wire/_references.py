@@ -41,7 +41,6 @@ __all__ = [
     "Reference",
     "has_references",
     "references",
-    "route_virtual_hosts",
     "trim_route_configuration",
     "unresolvable",
 ]
@@ -254,16 +253,6 @@ _EXTRACTORS = {
     SCOPED_ROUTE: _scoped_route,
     CLUSTER: _cluster,
 }
-
-
-def route_virtual_hosts(body: bytes) -> tuple[frozenset[str], ...] | None:
-    """The clusters each virtual host of a route configuration refers to, in order; ``None``
-    when ``body`` does not decode."""
-    try:
-        config = route_pb2.RouteConfiguration.FromString(body)
-    except DecodeError:
-        return None
-    return tuple(_host_clusters(host) for host in config.virtual_hosts)
 
 
 def trim_route_configuration(body: bytes, keep: Callable[[frozenset[str]], bool]) -> bytes:
