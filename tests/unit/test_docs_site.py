@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -129,6 +130,18 @@ def test_every_link_between_pages_resolves_with_its_anchor(
             ):
                 broken.append(f"{path.relative_to(site)}: {href} (no such anchor)")
     assert not broken, "\n".join(broken[:40])
+
+
+def test_the_readmes_links_into_docs_resolve(site: Path, pages: dict[Path, _Page]) -> None:
+    """The README is read on its own (not a page of the site): its links into docs/, with
+    their anchors, resolve to pages of the built site."""
+    links = re.findall(r"\]\((docs/[^)#\s]+)(?:#([^)\s]+))?\)", (ROOT / "README.md").read_text())
+    assert len(links) >= 3
+    for path, anchor in links:
+        assert (ROOT / path).is_file(), path
+        page = site / Path(path).relative_to("docs").with_suffix(".html")
+        assert page in pages, path
+        assert not anchor or anchor in pages[page].ids, f"{path}#{anchor}"
 
 
 def test_search_works_from_disk(site: Path, pages: dict[Path, _Page]) -> None:

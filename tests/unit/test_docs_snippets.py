@@ -1,4 +1,4 @@
-"""Every Python block of the guides in docs/ runs, as a reader would run it.
+"""Every Python block of the guides in docs/ and of the README runs, as a reader would run it.
 
 Each block runs alone in a new interpreter, in a directory holding the certificate files
 the pages name (``server.crt``, ``server.key``, ``ca.crt``, ``clients-ca.crt``). A block
@@ -31,7 +31,7 @@ _MARK = re.compile(r"<!-- test: (serves|skip, [^>]+) -->\s*$")
 
 def _blocks() -> list[ParameterSet]:
     params = []
-    for page in sorted(DOCS.glob("*.md")):
+    for page in [*sorted(DOCS.glob("*.md")), DOCS.parent / "README.md"]:
         text = page.read_text()
         for block in _BLOCK.finditer(text):
             before = text[: block.start()].rstrip("\n").rsplit("\n", 1)[-1]
@@ -70,6 +70,14 @@ def workdir(tmp_path: Path) -> Path:
 
 def test_the_guides_have_python_blocks() -> None:
     assert len(_blocks()) >= 20
+
+
+def test_the_proxyless_example_is_the_tutorials_program() -> None:
+    """examples/proxyless_grpc.py (the README's quick start runs it) is the program that
+    docs/tutorial-proxyless-grpc.md shows and this module runs."""
+    found = _BLOCK.search((DOCS / "tutorial-proxyless-grpc.md").read_text())
+    assert found is not None
+    assert found.group(1) in (DOCS.parent / "examples" / "proxyless_grpc.py").read_text()
 
 
 @pytest.mark.parametrize(("code", "how"), _blocks())
