@@ -11,7 +11,7 @@ and versions, and its own *phase*:
   slow client coalesces to the latest state instead of queueing);
 * ``ACKED`` / ``NACKED``: the latest response was applied / rejected, nothing is in flight.
 
-A request is one *input*, decided by :func:`classify` from its nonce alone (inv. 5, 6, 10,
+A request is one *input*, decided by `classify` from its nonce alone (inv. 5, 6, 10,
 11, 25), the same way for SotW and Delta:
 
 * ``REQUEST``: it pairs with no response: no nonce, or the first request of the type;
@@ -34,22 +34,22 @@ of a settled nonce pairs with nothing and is reported like a stale one.
 Theory of operation
 -------------------
 A machine's ``receive`` classifies the request, looks up ``(protocol, phase, input)`` with
-:func:`step`, applies the cell's *effects* in their order, and moves the type to the cell's
+`step`, applies the cell's *effects* in their order, and moves the type to the cell's
 next phase. ``poll`` does the same with ``RESPOND`` when it sends. The effects are:
 
-* ``REPORT_STALE``: report :class:`~xdscore.protocol.StaleNonceSeen`;
+* ``REPORT_STALE``: report [`StaleNonceSeen`][xdscore.protocol.StaleNonceSeen];
 * ``ACCEPT`` / ``REJECT``: settle the response in flight (record what the client now
   holds / the version it refused, which is never sent again);
 * ``OWE``: the client wants an answer even if nothing changed (SotW);
 * ``SUBSCRIBE``: apply the request's names to the subscription (wildcard rules in
-  :mod:`xdscore.protocol._subscription`).
+  `xdscore.protocol._subscription`).
 
 A cell that is not in the table is an input the protocol cannot produce in that phase (an
 ACK with nothing in flight is classified ``STALE``, never ``ACK``), so reaching one means the
-code driving the machine is wrong: :func:`step` raises
-:class:`~xdscore.LocalProtocolError` naming the type URL, the phase and the input. The
-whole stream has a life of its own, :class:`StreamState`: OPEN, then ERROR for good after
-any protocol error.
+code driving the machine is wrong: `step` raises
+[`LocalProtocolError`][xdscore.protocol.LocalProtocolError] naming the type URL, the phase and the
+input. The whole stream has a life of its own, [`StreamState`][xdscore.protocol.StreamState]: OPEN,
+then ERROR for good after any protocol error.
 """
 
 from __future__ import annotations
@@ -237,7 +237,8 @@ TRANSITIONS: Mapping[tuple[ProtocolName, Phase, Input], Transition] = {
 
 
 def step(protocol: ProtocolName, type_url: str, phase: Phase, given: Input) -> Transition:
-    """The cell for ``given`` in ``phase``; raises :class:`LocalProtocolError` if there is none."""
+    """The cell for ``given`` in ``phase``; raises
+    [`LocalProtocolError`][xdscore.protocol.LocalProtocolError] if there is none."""
     cell = TRANSITIONS.get((protocol, phase, given))
     if cell is None:
         raise LocalProtocolError(

@@ -1,28 +1,28 @@
-"""One HTTP/2 connection of :class:`~xdscore.transport.Http2Transport`.
+"""One HTTP/2 connection of [`Http2Transport`][xdscore.Http2Transport].
 
 An ``asyncio.Protocol`` that parses frames as they arrive and answers what the connection
 itself owes (SETTINGS and PING acknowledgements, flow-control credit) without a task;
-each request stream becomes a :class:`~.call.Call` handed to a handler in a task of its
+each request stream becomes a `Call` handed to a handler in a task of its
 own. Every frame on a stream moves that stream's state through the table of
-:mod:`.state`; what the table refuses, and what a frame carries that the RFC forbids, is a
+`.state`; what the table refuses, and what a frame carries that the RFC forbids, is a
 stream error (RST_STREAM with its code) or a connection error (GOAWAY with its code, then
 the end of the connection), each logged at DEBUG with the rule it broke.
 
-The connection itself goes through :class:`ConnectionState`: the client's preface, its
+The connection itself goes through `ConnectionState`: the client's preface, its
 first SETTINGS, open, closing (GOAWAY sent, or the server's side shut: what arrives is
 dropped), closed (the transport is gone: nothing is written any more).
 
 What it bounds, per connection:
 
 * inbound bytes by flow control: a stream's bytes are credited back as its handler reads
-  them, so a client never has more than one stream window (:data:`~.call.STREAM_WINDOW`)
-  buffered per stream, nor more than :data:`CONNECTION_WINDOW` in all; a request larger
+  them, so a client never has more than one stream window (`STREAM_WINDOW`)
+  buffered per stream, nor more than `CONNECTION_WINDOW` in all; a request larger
   than ``limit`` is refused from its 5-byte prefix, before its body is credited;
-* open streams (:data:`MAX_STREAMS`; more are refused with REFUSED_STREAM);
-* closed streams remembered (:data:`REMEMBERED_STREAMS`, the oldest forgotten first);
-* header blocks (:data:`MAX_HEADER_BLOCK` bytes; larger ones cut the connection);
+* open streams (`MAX_STREAMS`; more are refused with REFUSED_STREAM);
+* closed streams remembered (`REMEMBERED_STREAMS`, the oldest forgotten first);
+* header blocks (`MAX_HEADER_BLOCK` bytes; larger ones cut the connection);
 * rapid resets, PING and SETTINGS floods, by the token buckets of
-  :class:`~xdscore.transport.ConnectionLimits` (the connection is cut with GOAWAY
+  [`ConnectionLimits`][xdscore.transport.ConnectionLimits] (the connection is cut with GOAWAY
   ENHANCE_YOUR_CALM).
 
 Outbound, every frame the connection owes in one turn of the event loop goes to the socket
@@ -98,7 +98,7 @@ __all__ = [
 ]
 
 HELD_BYTES = 65_536
-"""Bytes a connection waiting for its turn to be read (see :class:`Intake`) takes in
+"""Bytes a connection waiting for its turn to be read (see `Intake`) takes in
 before it stops reading."""
 
 log = logging.getLogger("xdscore.transport")
@@ -188,7 +188,7 @@ class Connection(asyncio.Protocol):
         self.state = _PREFACE
         self._reading = _READY
         self._unsettled = 0
-        """Calls open that have not said they are settled (see :meth:`Call.settled`)."""
+        """Calls open that have not said they are settled (see `Call.settled`)."""
         self._ever_settled = False
         self._limit = limit
         self._limits = limits
@@ -285,7 +285,7 @@ class Connection(asyncio.Protocol):
     @property
     def unsettled(self) -> bool:
         """Whether a call on this connection is still in its initial sync, or none has
-        settled yet: its reads are bounded per loop turn (see :class:`Intake`)."""
+        settled yet: its reads are bounded per loop turn (see `Intake`)."""
         return bool(self._unsettled) or not self._ever_settled
 
     def resume_intake(self) -> None:
@@ -299,7 +299,7 @@ class Connection(asyncio.Protocol):
         self._handle(b"")
 
     def call_settled(self, call: Call) -> None:
-        """``call`` finished its initial sync (see :meth:`Call.settled`)."""
+        """``call`` finished its initial sync (see `Call.settled`)."""
         if self.calls.get(call.id) is call:
             self._unsettled -= 1
             self._ever_settled = True

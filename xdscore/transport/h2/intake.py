@@ -4,7 +4,7 @@ One poll of the event loop can find thousands of sockets readable: in a reconnec
 the clients' first requests arrive together, then their ACKs. Handled as they come, each
 turn sets up streams and parses requests for all of them (a 20,000-stream storm made turns
 of 1-2 s), and a push to a proxy that was connected all along, whose write leaves only at
-the end of the turn, waits as long. :class:`Intake` lets at most ``per_turn`` reads of
+the end of the turn, waits as long. `Intake` lets at most ``per_turn`` reads of
 *unsettled* connections (any with a stream still in its initial sync, or with no stream
 yet) be handled in a turn; the others keep what they read unparsed (and stop reading
 past a bound, so that the kernel buffers and TCP pushes back) and take their turn in order,
