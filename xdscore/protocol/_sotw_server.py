@@ -26,7 +26,7 @@ Per type the machine keeps an immutable [`SotwTypeState`][xdscore.protocol.SotwT
 * ``outstanding``: the response in flight (phase SENT). While one is in flight nothing more
   of that type is sent, so a slow client coalesces to the latest state instead of queueing.
 * ``owed``: a response is due even if the content is unchanged: the client asked again
-  after its response was settled, or (on ADS) a type was just sent that this one warms
+  after its response was answered, or (on ADS) a type was just sent that this one warms
   (``warms_on`` in the type registry: clusters warm until their endpoints arrive).
 
 Rules, in the order [`receive`][xdscore.protocol.SotwServer.receive] applies them:

@@ -162,7 +162,7 @@ class ServerDriver(Generic[_Request, _Response]):
         if facts and isinstance(facts[-1], Synced):  # (the last fact, when there is one)
             if settings.synced is not None:
                 settings.synced()
-            self._stream.settled()
+            self._stream.synced()
         if not (session.requested and self._answer_at_once()):
             self._wake.set()
 

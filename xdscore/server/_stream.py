@@ -56,7 +56,7 @@ class ByteStream(Protocol):
         the handler when its peer goes away needs nothing more)."""
         await asyncio.get_running_loop().create_future()
 
-    def settled(self) -> None:
+    def synced(self) -> None:
         """The stream finished its initial sync (called once): a transport may stop
         treating its reads as a new stream's. By default, nothing."""
         return

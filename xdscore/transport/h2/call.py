@@ -101,7 +101,7 @@ class Call(Stream):
         "_uncredited",
         "_window_open",
         "deadline",
-        "is_settled",
+        "is_synced",
         "metadata",
         "opened",
         "path",
@@ -139,8 +139,8 @@ class Call(Stream):
         self._window_open: asyncio.Future[None] | None = None
         self.deadline: float | None = None
         self.task: asyncio.Task[None] | None = None
-        self.is_settled = False
-        """Whether the handler said the call finished its initial sync (`settled`)."""
+        self.is_synced = False
+        """Whether the handler said the call finished its initial sync (`synced`)."""
 
     def kept(self) -> Stream:
         """What the connection keeps of the call once it is over."""
@@ -156,12 +156,12 @@ class Call(Stream):
     def peer_certificate(self) -> Mapping[str, Any] | None:
         return self._connection.peer_certificate
 
-    def settled(self) -> None:
+    def synced(self) -> None:
         """The call has finished its initial sync: once every call on the connection has,
         its reads are no longer bounded per loop turn (see `Intake`)."""
-        if not self.is_settled:
-            self.is_settled = True
-            self._connection.call_settled(self)
+        if not self.is_synced:
+            self.is_synced = True
+            self._connection.call_synced(self)
 
     def _over(self) -> bool:
         """Whether the stream can carry nothing more from the server: reset either way,

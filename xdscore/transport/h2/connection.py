@@ -187,9 +187,9 @@ class Connection(asyncio.Protocol):
         self._intake = intake
         self.state = _PREFACE
         self._reading = _READY
-        self._unsettled = 0
-        """Calls open that have not said they are settled (see `Call.settled`)."""
-        self._ever_settled = False
+        self._syncing_calls = 0
+        """Calls open that have not said they are synced (see `Call.synced`)."""
+        self._ever_synced = False
         self._limit = limit
         self._limits = limits
         self._on_cut = on_cut
@@ -268,7 +268,7 @@ class Connection(asyncio.Protocol):
         if (
             reading is _HELD
             or reading is _HELD_PAUSED
-            or (intake is not None and self.unsettled and not intake.admit(self))
+            or (intake is not None and self.syncing and not intake.admit(self))
         ):
             # Its turn comes within a few turns; a client that sends a lot meanwhile is
             # stopped (the kernel buffers, TCP pushes back).
@@ -283,10 +283,10 @@ class Connection(asyncio.Protocol):
         self._handle(data)
 
     @property
-    def unsettled(self) -> bool:
+    def syncing(self) -> bool:
         """Whether a call on this connection is still in its initial sync, or none has
-        settled yet: its reads are bounded per loop turn (see `Intake`)."""
-        return bool(self._unsettled) or not self._ever_settled
+        synced yet: its reads are bounded per loop turn (see `Intake`)."""
+        return bool(self._syncing_calls) or not self._ever_synced
 
     def resume_intake(self) -> None:
         """The held read's turn has come: handle what was buffered, read again."""
@@ -298,11 +298,11 @@ class Connection(asyncio.Protocol):
             self._transport.resume_reading()
         self._handle(b"")
 
-    def call_settled(self, call: Call) -> None:
-        """``call`` finished its initial sync (see `Call.settled`)."""
+    def call_synced(self, call: Call) -> None:
+        """``call`` finished its initial sync (see `Call.synced`)."""
         if self.calls.get(call.id) is call:
-            self._unsettled -= 1
-            self._ever_settled = True
+            self._syncing_calls -= 1
+            self._ever_synced = True
 
     def _handle(self, data: bytes) -> None:
         buffer = self._buffer
@@ -623,13 +623,13 @@ class Connection(asyncio.Protocol):
         if timeout:
             call.deadline = _timeout(timeout)
         self.calls[stream_id] = call
-        self._unsettled += 1
+        self._syncing_calls += 1
         call.task = asyncio.get_running_loop().create_task(handler(call))
 
     def _refuse(self, call: Call, status: int) -> None:
         """Answer a request that is not gRPC with HTTP ``status`` (its own task: the body
         waits for the client's window; the stream counts as open until it is sent)."""
-        call.is_settled = True
+        call.is_synced = True
         self.calls[call.id] = call
         call.task = asyncio.get_running_loop().create_task(call.refuse(status, REFUSAL_TEXT))
 
@@ -827,13 +827,13 @@ class Connection(asyncio.Protocol):
         together, then leave together at the end of the turn (one write a connection
         fewer, and one wake-up of the client).
 
-        Not at the end of the turn once settled: a cache change wakes every stream that
+        Not at the end of the turn once synced: a cache change wakes every stream that
         holds what changed in one turn, and the first woken (the longest connected) would
         otherwise wait for all the others (0.1 s for 10,000 streams) before its push left.
         """
         if self._reading is _PARSING:
             return
-        if self.unsettled:
+        if self.syncing:
             if not self._flush_scheduled:
                 self._flush_scheduled = True
                 asyncio.get_running_loop().call_soon(self.flush)
@@ -887,8 +887,8 @@ class Connection(asyncio.Protocol):
             if self.calls.get(stream.id) is not stream:
                 return  # released already
             del self.calls[stream.id]
-            if not stream.is_settled:
-                self._unsettled -= 1
+            if not stream.is_synced:
+                self._syncing_calls -= 1
             self._credit_connection(stream.unread())
             stream = stream.kept()
         self._remember(stream)
