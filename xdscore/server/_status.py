@@ -1,7 +1,7 @@
 """Per-proxy sync status: what each stream was sent, what it acknowledged, where it stands.
 
-The driver keeps one small mutable `TypeRecord` per type of each stream and
-updates it in O(1) when it writes a response and when the client answers one; nothing in
+The session keeps one small mutable `TypeRecord` per type of each stream and
+updates it in O(1) when a response is written and when the client answers one; nothing in
 it grows with the number of pushes. Reading status (`stream_status`) combines those
 records with the machine's own per-type state and the cache's current view into immutable
 [`StreamStatus`][xdscore.server.StreamStatus] values, in the words ``istioctl proxy-status`` uses:
