@@ -69,9 +69,10 @@ lint: venv
 typecheck: venv
 	$(VENV)/bin/mypy --strict xdscore hatch_build.py tests/recordgen.py tests/factories.py tests/property/_invariants.py tests/property/_model.py tests/integration/_envoy_support.py tests/integration/_delta_support.py tests/integration/_client_process.py tests/fault/_clients.py tests/tls_support.py tests/etcd_support.py
 
-## The documentation site (mkdocs.yml) into build/site; a broken link or anchor fails it.
+## The documentation site (mkdocs.yml) into build/site; a broken link or anchor fails it
+## (--strict fails on every warning it prints: --quiet would hide them, and it with them).
 docs: venv
-	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 unit: venv compiled
 	XDSCORE_COMPILED=1 $(PY) -m pytest tests/unit tests/property $(PYTEST_ARGS)

@@ -2,9 +2,9 @@
 
 This package holds what an embedder needs: resources, snapshots and caches, the server and
 its transport, callbacks, errors and the type URL constants. The machines are in
-:mod:`xdscore.protocol`, the cache protocols in :mod:`xdscore.cache`, the codec in
-:mod:`xdscore.wire`, test helpers in :mod:`xdscore.testing`. Names are imported on first
-use, so ``import xdscore.protocol`` alone loads no I/O library.
+[`xdscore.protocol`][xdscore.protocol], the cache protocols in [`xdscore.cache`][xdscore.cache], the
+codec in [`xdscore.wire`][xdscore.wire], test helpers in [`xdscore.testing`][xdscore.testing]. Names
+are imported on first use, so ``import xdscore.protocol`` alone loads no I/O library.
 """
 
 from __future__ import annotations

@@ -6,10 +6,10 @@ source of each, and ``_build.json`` naming them and the compiler; in a clone, ``
 compiled`` puts that wheel's extension modules beside the sources and the list is read from
 pyproject.toml.
 Python loads an extension module in place of the source beside it, so what is loaded is
-decided module by module: :func:`loaded_build` imports each listed module and says which.
+decided module by module: `loaded_build` imports each listed module and says which.
 
 ``XDSCORE_PURE=1`` in the environment makes ``import xdscore`` call
-:func:`load_sources_only`: the sources are loaded even where compiled modules sit beside
+`load_sources_only`: the sources are loaded even where compiled modules sit beside
 them (the pure test leg, and a way to compare the two builds on one install).
 """
 

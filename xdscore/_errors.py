@@ -40,7 +40,8 @@ class GrpcStatus(enum.IntEnum):
 class ProtocolError(Exception):
     """A violation of the xDS protocol; ``status`` is the gRPC status to end the stream with.
 
-    Never raised directly: see :class:`LocalProtocolError` and :class:`RemoteProtocolError`.
+    Never raised directly: see [`LocalProtocolError`][xdscore.LocalProtocolError] and
+    [`RemoteProtocolError`][xdscore.RemoteProtocolError].
     """
 
     status: GrpcStatus

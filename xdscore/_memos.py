@@ -4,20 +4,20 @@ A fleet of proxies repeats itself: the same request bytes, the same subscription
 answers after the same change. The runtime keeps such work once, in the memos below. Each
 is declared here, with what it is keyed by, what it holds, how long an entry lives and the
 invariant it relies on; the modules that use one import it from here. Every memo is bounded
-in bytes counted from what its entries really hold (:func:`footprint`, taken once when an
-entry is kept), and :func:`usage` reports them all (``xdscore_memo_bytes{memo=...}``,
+in bytes counted from what its entries really hold (`footprint`, taken once when an
+entry is kept), and `usage` reports them all (``xdscore_memo_bytes{memo=...}``,
 ``xdscore_memo_entries``; ``docs/limits.md`` lists them).
 
 Four kinds:
 
-* :class:`Memo` holds its entries, oldest out first, within ``max_bytes``; an entry larger
+* `Memo` holds its entries, oldest out first, within ``max_bytes``; an entry larger
   than ``max_entry_bytes`` is computed for its caller and not kept.
-* :class:`SharedWork` keeps answers by the identity of the objects they were computed from,
+* `SharedWork` keeps answers by the identity of the objects they were computed from,
   held weakly: an entry goes when any of them goes, so it lives only while something that
   needs it is alive.
-* :class:`Budget` is charged by owners that keep memos of their own (each view's
+* `Budget` is charged by owners that keep memos of their own (each view's
   selections) and credited as their entries go.
-* :class:`Interned` finds the one object for a value among those alive; it holds none of
+* `Interned` finds the one object for a value among those alive; it holds none of
   them (only its table), so each lives as long as the streams that hold it.
 
 A memo is read and written from the event loop's thread only (no lock).
@@ -87,7 +87,7 @@ class MemoUsage:
 class Memo(Generic[_K, _V]):
     """A map that holds its entries within ``max_bytes``, the oldest going first.
 
-    ``put`` is given each entry's size (see :func:`footprint`); an entry larger than
+    ``put`` is given each entry's size (see `footprint`); an entry larger than
     ``max_entry_bytes`` is not kept. A hit does not reorder: the entries a fleet shares are
     put again when they are next missed, which costs one computation.
     """
@@ -141,7 +141,7 @@ class Memo(Generic[_K, _V]):
 
 
 class _Entry(Generic[_V]):
-    """One answer of a :class:`SharedWork`, with the weak references that keep its key."""
+    """One answer of a `SharedWork`, with the weak references that keep its key."""
 
     __slots__ = ("refs", "size", "value")
 
@@ -191,7 +191,7 @@ class SharedWork(Generic[_V]):
         """Keep ``value`` as the answer for ``objects`` and ``extra``; returns ``value``.
 
         The entry is charged what it holds: ``value`` and the objects that take no weak
-        reference (less instances of ``skip``, see :func:`footprint`)."""
+        reference (less instances of ``skip``, see `footprint`)."""
         key = (tuple(map(id, objects)), extra)
         self._forget(key)
         forget = _Forgetting(self, key)
@@ -220,7 +220,7 @@ class SharedWork(Generic[_V]):
 
 
 class _Forgetting:
-    """The weak-reference callback that drops one entry of a :class:`SharedWork`."""
+    """The weak-reference callback that drops one entry of a `SharedWork`."""
 
     __slots__ = ("key", "work")
 

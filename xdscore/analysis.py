@@ -1,8 +1,9 @@
 """Static analysis of a snapshot or of a config directory, before anything is served.
 
-:func:`analyze` looks at a :class:`~xdscore.Snapshot`, or at the ``(where, Resource)`` pairs
-:func:`xdscore.config.read_directory` returns, and reports what a client would reject or
-never use, as :class:`Diagnostic` records with stable codes:
+[`analyze`][xdscore.analysis.analyze] looks at a [`Snapshot`][xdscore.Snapshot], or at the ``(where,
+Resource)`` pairs [`xdscore.config.read_directory`][xdscore.config.read_directory] returns, and
+reports what a client would reject or never use, as [`Diagnostic`][xdscore.analysis.Diagnostic]
+records with stable codes:
 
 ======  ========  ==============================================================================
 code    severity  meaning
@@ -28,7 +29,8 @@ XDS008  ERROR     Duplicate domain: a route configuration lists one domain (case
 XDS009  WARNING   Unknown fields: the bytes carry top-level fields the declared type does not
                   have, the mark of a message of another type (or of a newer API than the
                   installed ``xds-protos``).
-XDS010  WARNING   Egress matches no cluster (``scopes.yaml``, :func:`analyze_scopes`): a
+XDS010  WARNING   Egress matches no cluster (``scopes.yaml``,
+[`analyze_scopes`][xdscore.analysis.analyze_scopes]): a
                   scope's egress glob matches no cluster.
 XDS011  WARNING   Scope shadowed: an earlier scope's node selector covers this one's, so
                   the first match never picks it.
@@ -52,10 +54,10 @@ resource is only unreferenced when every type that could refer to it is present.
 ``complete=True`` every registered type counts as present: the resources given are all
 there is. That is the default for ``(where, Resource)`` pairs (a config directory is the only
 source of its server). For a snapshot the default is ``complete=False``: the types present are
-:attr:`Snapshot.type_urls <xdscore.Snapshot.type_urls>`, as for
-:meth:`Snapshot.inconsistencies <xdscore.Snapshot.inconsistencies>`.
+[`Snapshot.type_urls`][xdscore.Snapshot.type_urls], as for
+[`Snapshot.inconsistencies`][xdscore.Snapshot.inconsistencies].
 
-References are those :mod:`xdscore.wire._references` extracts, decoded with the protobuf
+References are those `xdscore.wire._references` extracts, decoded with the protobuf
 runtime (``xds-protos``).
 """
 
@@ -271,7 +273,8 @@ def _sorted(diagnostics: Iterable[Diagnostic]) -> tuple[Diagnostic, ...]:
 
 @attrs.frozen
 class Report:
-    """What :func:`analyze` found, sorted by code, type URL and name (then location, field)."""
+    """What [`analyze`][xdscore.analysis.analyze] found, sorted by code, type URL and name (then
+    location, field)."""
 
     diagnostics: tuple[Diagnostic, ...] = attrs.field(default=(), converter=_sorted)
 
@@ -307,7 +310,8 @@ class Report:
         return Report(tuple(d for d in self.diagnostics if d.severity.rank >= severity.rank))
 
     def to_json(self) -> list[dict[str, str | None]]:
-        """Every diagnostic as a JSON-ready mapping (see :meth:`Diagnostic.to_dict`)."""
+        """Every diagnostic as a JSON-ready mapping (see
+        [`Diagnostic.to_dict`][xdscore.analysis.Diagnostic.to_dict])."""
         return [d.to_dict() for d in self.diagnostics]
 
     def to_text(self) -> str:
@@ -329,13 +333,13 @@ def analyze(
 ) -> Report:
     """Check a snapshot, or ``(where, Resource)`` pairs, and report what is wrong.
 
-    Pairs (as :func:`xdscore.config.read_directory` returns them) may hold duplicates, which
-    are reported with both locations. ``locations`` maps ``(type_url, name)`` to where a
-    resource came from, for a snapshot or for pairs that lack one.
+    Pairs (as [`xdscore.config.read_directory`][xdscore.config.read_directory] returns them) may
+    hold duplicates, which are reported with both locations. ``locations`` maps ``(type_url, name)``
+    to where a resource came from, for a snapshot or for pairs that lack one.
 
     ``complete`` says whether every registered type counts as present (see the module
     documentation); ``None`` means ``True`` for pairs and ``False`` for a snapshot, whose
-    present types are then :attr:`Snapshot.type_urls <xdscore.Snapshot.type_urls>`.
+    present types are then [`Snapshot.type_urls`][xdscore.Snapshot.type_urls].
     """
     places = locations or {}
     entries: list[tuple[str | None, Resource]]

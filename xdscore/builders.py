@@ -1,7 +1,7 @@
 """Builders for the Envoy resources most control planes start with, as protobuf messages.
 
 They are shortcuts, not a second API: each returns an ``xds-protos`` message that can be
-changed further before it goes into a :class:`~xdscore.Snapshot`.
+changed further before it goes into a [`Snapshot`][xdscore.Snapshot].
 """
 
 from __future__ import annotations

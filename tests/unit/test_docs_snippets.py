@@ -1,11 +1,11 @@
-"""Every Python block of the guides in docs/ runs, as a reader would run it.
+"""Every Python block of the guides in docs/ and of the README runs, as a reader would run it.
 
 Each block runs alone in a new interpreter, in a directory holding the certificate files
 the pages name (``server.crt``, ``server.key``, ``ca.crt``, ``clients-ca.crt``). A block
 that serves until stopped is marked ``<!-- test: serves -->`` on the line before it: it must
 still be running, without a traceback, a few seconds later. One that needs something the
 test cannot give (a running etcd) is marked ``<!-- test: skip, REASON -->``.
-docs/reference.md holds mkdocstrings directives, not programs, and is not read.
+docs/reference/ holds mkdocstrings directives, not programs, and is not read.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from _pytest.mark import ParameterSet
 from ..tls_support import CertificateAuthority
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
-NOT_PROGRAMS = {"reference.md"}
 SERVES_FOR = 4.0
 """Seconds a block marked ``serves`` must keep running."""
 _BLOCK = re.compile(r"(?m)^```python\n(.*?)^```", re.DOTALL)
@@ -32,9 +31,7 @@ _MARK = re.compile(r"<!-- test: (serves|skip, [^>]+) -->\s*$")
 
 def _blocks() -> list[ParameterSet]:
     params = []
-    for page in sorted(DOCS.glob("*.md")):
-        if page.name in NOT_PROGRAMS:
-            continue
+    for page in [*sorted(DOCS.glob("*.md")), DOCS.parent / "README.md"]:
         text = page.read_text()
         for block in _BLOCK.finditer(text):
             before = text[: block.start()].rstrip("\n").rsplit("\n", 1)[-1]
@@ -73,6 +70,14 @@ def workdir(tmp_path: Path) -> Path:
 
 def test_the_guides_have_python_blocks() -> None:
     assert len(_blocks()) >= 20
+
+
+def test_the_proxyless_example_is_the_tutorials_program() -> None:
+    """examples/proxyless_grpc.py (the README's quick start runs it) is the program that
+    docs/tutorial-proxyless-grpc.md shows and this module runs."""
+    found = _BLOCK.search((DOCS / "tutorial-proxyless-grpc.md").read_text())
+    assert found is not None
+    assert found.group(1) in (DOCS.parent / "examples" / "proxyless_grpc.py").read_text()
 
 
 @pytest.mark.parametrize(("code", "how"), _blocks())

@@ -292,13 +292,13 @@ async def test_bad_opening_is_cut(opening: bytes) -> None:
 
 async def test_sotw_ads_end_to_end() -> None:
     """A CDS request on ADS gets the three clusters in one DiscoveryResponse; the ACK of
-    it leaves the stream ACKED on the server, and its connection settled (its reads are no
+    it leaves the stream ACKED on the server, and its connection synced (its reads are no
     longer bounded per loop turn: see ``Intake``)."""
     async with serving() as served, client(served.port) as peer:
         stream = await peer.open(ADS)
         await peer.send_message(stream, cds_request())
         await peer.until(lambda p: p.data(stream), what="a response")
-        assert served.connection().unsettled
+        assert served.connection().syncing
         (response,) = map(sotw, peer.responses(stream))
         assert response.type_url == CLUSTER
         assert cluster_names(response) == ["cluster-00000", "cluster-00001", "cluster-00002"]
@@ -313,7 +313,7 @@ async def test_sotw_ads_end_to_end() -> None:
         )
         assert served.recorder.requests == 2
         assert not peer.ended(stream)
-        await wait_until(lambda: not served.connection().unsettled, what="settled")
+        await wait_until(lambda: not served.connection().syncing, what="synced")
 
 
 async def test_delta_ads_end_to_end() -> None:

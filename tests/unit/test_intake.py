@@ -3,8 +3,8 @@
 
 ``Intake`` on its own, then ``Connection`` with a transport that records what the server
 writes and whether it reads: a connection past the turn's share holds its bytes unparsed
-until a later turn, a settled connection is never held, and a message leaves as it is
-written once its call settled (with the turn's other answers before).
+until a later turn, a synced connection is never held, and a message leaves as it is
+written once its call synced (with the turn's other answers before).
 """
 
 from __future__ import annotations
@@ -166,40 +166,40 @@ async def test_a_held_connection_that_sends_much_stops_reading() -> None:
         each.connection_lost(None)
 
 
-async def test_a_settled_connection_is_never_held() -> None:
+async def test_a_synced_connection_is_never_held() -> None:
     intake = Intake(1)
     calls: list[Call] = []
-    settled, settled_out = connection(intake, calls)
+    conn, conn_out = connection(intake, calls)
     headers = frame(HEADERS, END_HEADERS, 1, header_block(grpc_headers(ADS)))
-    settled.data_received(OPENING + headers)
+    conn.data_received(OPENING + headers)
     await asyncio.sleep(0)
-    assert settled.unsettled
+    assert conn.syncing
     assert len(calls) == 1
-    calls[0].settled()
-    assert not settled.unsettled
+    calls[0].synced()
+    assert not conn.syncing
     other, _ = connection(intake, [])
     other.data_received(OPENING)  # uses the turn's share
-    before = len(settled_out.written)
-    settled.data_received(frame(0x6, 0, 0, bytes(8)))  # a PING, read at once
+    before = len(conn_out.written)
+    conn.data_received(frame(0x6, 0, 0, bytes(8)))  # a PING, read at once
     await asyncio.sleep(0)
-    assert len(settled_out.written) > before  # its PING ACK, in this turn
-    # A new call that is still syncing makes the connection unsettled again.
-    settled.data_received(frame(HEADERS, END_HEADERS, 3, header_block(grpc_headers(ADS))))
+    assert len(conn_out.written) > before  # its PING ACK, in this turn
+    # A new call that is still syncing makes the connection syncing again.
+    conn.data_received(frame(HEADERS, END_HEADERS, 3, header_block(grpc_headers(ADS))))
     await asyncio.sleep(0)
-    assert settled.unsettled
-    for each in (settled, other):
+    assert conn.syncing
+    for each in (conn, other):
         each.connection_lost(None)
 
 
 async def test_a_message_written_by_a_handler_leaves_at_once() -> None:
-    """Once the call has settled, not at the end of the turn: a push to the first of 10,000
+    """Once the call has synced, not at the end of the turn: a push to the first of 10,000
     streams woken by a change would otherwise wait for all the others."""
     calls: list[Call] = []
     conn, out = connection(Intake(0), calls)
     conn.data_received(OPENING + frame(HEADERS, END_HEADERS, 1, header_block(grpc_headers(ADS))))
     await asyncio.sleep(0)
     await asyncio.sleep(0)
-    calls[0].settled()
+    calls[0].synced()
     before = len(out.written)
     assert calls[0].try_send_parts([b"response"])
     assert out.written[before:].endswith(b"response")  # written before anything else runs

@@ -1,7 +1,7 @@
 """Caches: what each client should have, read synchronously and watched level-triggered.
 
-A cache of your own implements :class:`Cache` (two methods) and hands out immutable
-:class:`ResourceView` values; :mod:`xdscore.testing.cache_contract` checks it.
+A cache of your own implements [`Cache`][xdscore.cache.Cache] (two methods) and hands out immutable
+[`ResourceView`][xdscore.cache.ResourceView] values; `xdscore.testing.cache_contract` checks it.
 """
 
 from ..protocol._subscription import EVERYTHING, WILDCARD, Subscription

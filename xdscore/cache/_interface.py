@@ -23,8 +23,9 @@ class Cache(Protocol):
     Reads are synchronous and return immutable views. Watching is level-triggered: ``notify``
     only says "look again"; a watcher that is slow to look sees the latest state, never a
     backlog. Writers call ``notify`` callbacks synchronously and never wait for a reader.
-    :meth:`view` and :meth:`watch` are the whole of it; the runtime calls the others too,
-    and a cache overrides them where it can tell more than the defaults say.
+    [`view`][xdscore.cache.Cache.view] and [`watch`][xdscore.cache.Cache.watch] are the whole of it;
+    the runtime calls the others too, and a cache overrides them where it can tell more than the
+    defaults say.
     """
 
     def view(self, node: Node) -> ResourceView | None:

@@ -43,7 +43,7 @@ class Generation(dict[str, Resource]):
 
 
 class _LinearView:
-    """An immutable view of a :class:`LinearCache` at one generation.
+    """An immutable view of a [`LinearCache`][xdscore.cache.LinearCache] at one generation.
 
     ``history`` lists, oldest first, earlier generations (weakly) with the names that
     changed between each and the next, so a stream that last saw one of them can ask for

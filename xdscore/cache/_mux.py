@@ -49,8 +49,9 @@ class _MuxView:
 class MuxCache(Cache):
     """Serves each type URL in ``routes`` from its cache, and others from ``default``.
 
-    For example endpoints from a :class:`LinearCache` and everything else from a
-    :class:`SnapshotCache`. A type with no route and no default is not answered.
+    For example endpoints from a [`LinearCache`][xdscore.cache.LinearCache] and everything else from
+    a [`SnapshotCache`][xdscore.cache.SnapshotCache]. A type with no route and no default is not
+    answered.
     """
 
     def __init__(self, routes: Mapping[str, Cache], *, default: Cache | None = None) -> None:

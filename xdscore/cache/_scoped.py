@@ -1,14 +1,14 @@
 """Scopes: each proxy sees only the part of a source cache its scope makes visible.
 
-A :class:`ScopedCache` sits in front of any :class:`~xdscore.cache.Cache`. A function of the
-node names its scope; a node it names none for gets what the cache's ``default`` says: no
-resource at all (:attr:`Unselected.NOTHING`, the default), the source as it is
-(:attr:`Unselected.EVERYTHING`), or a scope's view. A :class:`Scope` says,
-per type, which names are visible as *roots* (globs such as ``team-a/*``); everything a
-visible resource refers to (wire/_references.py) is visible too, except that a route
-configuration does not make clusters visible: it is *trimmed* to the virtual hosts whose
-every cluster is visible. Types outside the reference graph (RTDS, VHDS, LEDS) are passed
-through whole unless a scope lists them.
+A [`ScopedCache`][xdscore.cache.ScopedCache] sits in front of any [`Cache`][xdscore.cache.Cache]. A
+function of the node names its scope; a node it names none for gets what the cache's ``default``
+says: no resource at all ([`Unselected.NOTHING`][xdscore.cache.Unselected.NOTHING], the default),
+the source as it is ([`Unselected.EVERYTHING`][xdscore.cache.Unselected.EVERYTHING]), or a scope's
+view. A [`Scope`][xdscore.cache.Scope] says, per type, which names are visible as *roots* (globs
+such as ``team-a/*``); everything a visible resource refers to (wire/_references.py) is visible too,
+except that a route configuration does not make clusters visible: it is *trimmed* to the virtual
+hosts whose every cluster is visible. Types outside the reference graph (RTDS, VHDS, LEDS) are
+passed through whole unless a scope lists them.
 
 What a scope sees is computed once per scope and source state, and shared: every stream of
 the scope reads the same view, so they share its memoised selections and their encoded
@@ -79,7 +79,7 @@ class Unselected(enum.Enum):
 def node_field(node: Node, field: str) -> str | None:
     """The value of one of the node fields a selector or a binding reads: ``id``,
     ``cluster`` or ``metadata.KEY`` (a metadata value as a string; ``None`` when absent).
-    Raises :class:`ValueError` for another name."""
+    Raises `ValueError` for another name."""
     if field == "id":
         return node.id
     if field == "cluster":
@@ -165,7 +165,8 @@ class Scope:
 
     name: str
     nodes: NodeSelector = attrs.field(factory=NodeSelector, converter=_selector)
-    """Which nodes the scope is for (a :class:`NodeSelector` or the mapping of its fields)."""
+    """Which nodes the scope is for (a [`NodeSelector`][xdscore.cache.NodeSelector] or the mapping
+    of its fields)."""
     egress: tuple[str, ...] = attrs.field(default=(), converter=_globs)
     listeners: tuple[str, ...] = attrs.field(default=("*",), converter=_globs)
     visible: Mapping[str, tuple[str, ...]] = attrs.field(
@@ -286,17 +287,18 @@ class _Audience:
 
 
 class ScopedCache(Cache):
-    """A :class:`~xdscore.cache.Cache` showing each node what its scope makes visible of
+    """A [`Cache`][xdscore.cache.Cache] showing each node what its scope makes visible of
     ``source``.
 
     ``scope_of`` names a node's scope (by default the first scope whose ``nodes`` selector
     matches). A node without one, or whose scope is not listed, gets what ``default`` says:
-    nothing (:attr:`Unselected.NOTHING`, the default: every registered type is empty for
-    it), the source as it is (:attr:`Unselected.EVERYTHING`), or the view of the scope it
-    names. ``group`` says which nodes the source gives the same view (by default the
-    source's own ``key`` function, as :class:`~xdscore.cache.SnapshotCache` has, else every
-    node on its own); nodes of one scope and one group share one view and one source watch.
-    Call it from the event loop's thread.
+    nothing ([`Unselected.NOTHING`][xdscore.cache.Unselected.NOTHING], the default: every registered
+    type is empty for it), the source as it is
+    ([`Unselected.EVERYTHING`][xdscore.cache.Unselected.EVERYTHING]), or the view of the scope it
+    names. ``group`` says which nodes the source gives the same view (by default the source's own
+    ``key`` function, as [`SnapshotCache`][xdscore.cache.SnapshotCache] has, else every node on its
+    own); nodes of one scope and one group share one view and one source watch. Call it from the
+    event loop's thread.
     """
 
     def __init__(
@@ -359,7 +361,7 @@ class ScopedCache(Cache):
     ) -> None:
         """Replace the scopes (and the scope function and the ``default``, if given); the
         streams whose scope or view changed are told to look again, the others are not.
-        Raises :class:`ValueError` for scopes with the same name, or a ``default`` that
+        Raises `ValueError` for scopes with the same name, or a ``default`` that
         names no scope."""
         scopes = tuple(scopes)
         names = [scope.name for scope in scopes]

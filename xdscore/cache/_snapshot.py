@@ -46,7 +46,7 @@ class Snapshot:
     The snapshot is authoritative for the types it holds resources of and for those listed
     in ``types``: list a type to serve "none of these" (an empty LDS deletes every listener);
     a type neither held nor listed is not answered at all. Resources may be
-    :class:`~xdscore.Resource` values, protobuf messages or betterproto2 messages.
+    [`Resource`][xdscore.Resource] values, protobuf messages or betterproto2 messages.
     Selections are memoised, so every stream with the same subscription shares one encoded
     response body.
     """

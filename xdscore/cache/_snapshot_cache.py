@@ -49,7 +49,7 @@ class SnapshotCache(Cache):
         """Serve ``snapshot`` to the group ``key``.
 
         With ``check_consistency`` a snapshot with dangling references is refused
-        (:class:`SnapshotError`) and the previous one stays.
+        ([`SnapshotError`][xdscore.cache.SnapshotError]) and the previous one stays.
         """
         if self._check:
             problems = snapshot.inconsistencies()

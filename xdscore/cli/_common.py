@@ -74,7 +74,7 @@ def directory_problem(path: Path) -> str | None:
 
 
 def readable(flag: str, path: Path) -> None:
-    """Raise :class:`ValueError` naming ``flag`` and ``path`` when the file cannot be read."""
+    """Raise `ValueError` naming ``flag`` and ``path`` when the file cannot be read."""
     try:
         with path.open("rb"):
             pass
@@ -89,7 +89,7 @@ def ssl_problem(error: ssl.SSLError) -> str:
 
 def add_client_tls(parser: argparse.ArgumentParser) -> None:
     """The flags of a command that asks a server over TLS: ``--tls-ca``, ``--tls-cert``,
-    ``--tls-key`` (read by :func:`client_ssl_context`)."""
+    ``--tls-key`` (read by `client_ssl_context`)."""
     tls = parser.add_argument_group(
         "TLS to the server",
         "A server with --client-ca needs a client certificate; CSDS tells it about its own "
@@ -105,8 +105,8 @@ def add_client_tls(parser: argparse.ArgumentParser) -> None:
 
 
 def client_ssl_context(args: argparse.Namespace) -> ssl.SSLContext | None:
-    """The TLS context the flags of :func:`add_client_tls` ask for (``None``: plaintext);
-    :class:`ValueError` names the flag at fault."""
+    """The TLS context the flags of `add_client_tls` ask for (``None``: plaintext);
+    `ValueError` names the flag at fault."""
     if (args.tls_cert is None) != (args.tls_key is None):
         raise ValueError("give both --tls-cert and --tls-key")
     if args.tls_ca is None:

@@ -5,9 +5,9 @@ plane's view of the same node over CSDS, and compares them resource by resource 
 by version, as ``istioctl proxy-status POD`` does: listeners (active, warming, in error),
 clusters (active, warming), route configurations, endpoints (EDS) and secrets (SDS).
 
-The comparison itself is pure (:func:`compare` takes the parsed config dump and the CSDS
+The comparison itself is pure (`compare` takes the parsed config dump and the CSDS
 reports) so that it can be tested without processes. Both sides are put in the proto3 JSON
-mapping and normalised the same way (:func:`normalise`): ``@type`` keys are dropped, and for
+mapping and normalised the same way (`normalise`): ``@type`` keys are dropped, and for
 endpoints the values Envoy fills in when it rebuilds a ``ClusterLoadAssignment`` from its host
 set (weight 1, HEALTHY, the overprovisioning factor 140, empty localities and health-check
 configs) are dropped on both sides. Leaves Envoy shows as ``[redacted]`` (secrets) match
@@ -128,7 +128,7 @@ class ResourceDiff:
     type_url: str
     name: str
     state: str
-    """One of :data:`STATES`."""
+    """One of `STATES`."""
     envoy_holds: str = ""
     """``active``, ``warming``, ``error`` or several of them, comma-separated; "" if none."""
     envoy_version: str = ""

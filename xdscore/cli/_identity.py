@@ -153,7 +153,7 @@ class Security:
 
 def security(args: argparse.Namespace) -> Security:
     """The TLS files to serve with, the node policy and the operator identities the flags
-    ask for; :class:`ValueError` names the flag at fault."""
+    ask for; `ValueError` names the flag at fault."""
     if (args.tls_cert is None) != (args.tls_key is None):
         raise ValueError("give both --tls-cert and --tls-key")
     if args.client_ca is not None and args.tls_cert is None:

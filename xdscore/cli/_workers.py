@@ -127,7 +127,6 @@ class _Worker:
     """Whether it ever printed its serving line."""
     serving: bool = False
     """Whether its current process printed it (and so handles signals)."""
-    restarts: int = 0
 
 
 @attrs.define(eq=False)
@@ -191,7 +190,6 @@ class _Supervisor:
             lived = time.monotonic() - started
             if lived >= QUICK_EXIT:
                 delay = FIRST_RESTART_DELAY
-            worker.restarts += 1
             log.warning(
                 "worker %d (pid %d) exited with status %s after %.1f s; restarting it in %.1f s",
                 worker.index,

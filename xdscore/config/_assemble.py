@@ -2,14 +2,14 @@
 
 Two policies:
 
-* **whole** (:func:`load_directory`, and the first load of ``xdscore serve``): any problem
-  refuses the directory;
+* **whole** ([`load_directory`][xdscore.config.load_directory], and the first load of ``xdscore
+  serve``): any problem refuses the directory;
 * **file by file** (every reload of a watched directory): a file with a problem of its own
   is refused alone. It keeps the version last applied (its bytes in ``fallbacks``), or is
   left out if it never had one, and the rest is served. A problem of its own is one that
   the file's bytes decide: it does not read or parse, is over a size bound, holds an entry
   that is not a resource, or holds a resource the analysis finds wrong by itself
-  (:data:`LOCAL_CODES`). Problems between files (a reference to a resource no file holds,
+  (`LOCAL_CODES`). Problems between files (a reference to a resource no file holds,
   a name two resources share, an alias two resources claim) and a directory over its total
   size still refuse the whole reload: no one file is to blame.
 """
@@ -84,9 +84,9 @@ class Assembly:
 
 
 def assemble(contents: DirectoryData, fallbacks: Mapping[Path, bytes] | None = None) -> Assembly:
-    """What the directory read as ``contents`` serves; :class:`ConfigError` when nothing
-    of it can be. ``fallbacks`` (the bytes of each file as last applied) makes it file by
-    file; without, any problem refuses the whole directory (see the module documentation).
+    """What the directory read as ``contents`` serves; [`ConfigError`][xdscore.config.ConfigError]
+    when nothing of it can be. ``fallbacks`` (the bytes of each file as last applied) makes it file
+    by file; without, any problem refuses the whole directory (see the module documentation).
     A directory that would serve no resources at all is refused either way."""
     import_all_protos()
     if contents.problems:
@@ -172,8 +172,8 @@ def _problem(directory: str | Path, diagnostic: Diagnostic) -> Problem:
 
 
 def load_files(contents: DirectoryData) -> Snapshot:
-    """:func:`load_directory` of a directory already read by
-    :func:`~xdscore.config._loader.read_files`."""
+    """[`load_directory`][xdscore.config.load_directory] of a directory already read by
+    `read_files`."""
     assembly = assemble(contents)
     log_warnings(assembly.warnings)
     return assembly.snapshot()
@@ -190,16 +190,17 @@ def load_directory(
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
     max_config_bytes: int = DEFAULT_MAX_CONFIG_BYTES,
 ) -> Snapshot:
-    """A consistent snapshot of the directory; raises :class:`ConfigError` listing problems.
+    """A consistent snapshot of the directory; raises [`ConfigError`][xdscore.config.ConfigError]
+    listing problems.
 
     The directory is refused when a file does not read or parse, exceeds a limit (see
-    :func:`~xdscore.config.read_directory`), or when :func:`~xdscore.analysis.analyze`
-    finds anything of ERROR severity (dangling references, duplicate names, ...); its
-    warnings are logged on ``xdscore.config`` and do not refuse it. The snapshot is
-    authoritative for every registered type: a directory without listeners serves an empty
-    listener set. A directory with no resources at all is refused. This reads and parses
+    [`read_directory`][xdscore.config.read_directory]), or when
+    [`analyze`][xdscore.analysis.analyze] finds anything of ERROR severity (dangling references,
+    duplicate names, ...); its warnings are logged on ``xdscore.config`` and do not refuse it. The
+    snapshot is authoritative for every registered type: a directory without listeners serves an
+    empty listener set. A directory with no resources at all is refused. This reads and parses
     on the calling thread: from async code, use
-    :func:`~xdscore.config.load_directory_async`.
+    [`load_directory_async`][xdscore.config.load_directory_async].
     """
     contents = read_files(
         directory, max_file_bytes=max_file_bytes, max_config_bytes=max_config_bytes

@@ -1,5 +1,5 @@
 """The loader's fork server, and what each child forked from it does with one load (see
-:mod:`._process`).
+`._process`).
 
 The fork server is a process of its own that imports this module, and with it every
 protobuf module of the Envoy API, once. It then waits on its control socket: for each
@@ -41,7 +41,7 @@ _PR_SET_PDEATHSIG = 1
 
 @attrs.frozen
 class Job:
-    """One load: the files as read, the fallbacks (file by file, see :mod:`._assemble`;
+    """One load: the files as read, the fallbacks (file by file, see `._assemble`;
     ``None`` for the whole policy), and what the server has registered beyond the Envoy
     API, for the child to register too."""
 
@@ -50,7 +50,8 @@ class Job:
     modules: tuple[str, ...]
     """The protobuf modules (``*_pb2``) the server has imported."""
     descriptor_sets: tuple[bytes, ...]
-    """The descriptor sets registered through :func:`xdscore.config.register_descriptors`."""
+    """The descriptor sets registered through
+    [`xdscore.config.register_descriptors`][xdscore.config.register_descriptors]."""
 
 
 ResourceFields = tuple[str, str, bytes, float | None, str, tuple[str, ...]]
@@ -82,7 +83,8 @@ class Refused:
 
 @attrs.frozen
 class Failed:
-    """The load raised something other than :class:`ConfigError` (a bug): its traceback."""
+    """The load raised something other than [`ConfigError`][xdscore.config.ConfigError] (a bug): its
+    traceback."""
 
     traceback: str
 

@@ -247,7 +247,7 @@ def _kind(value: Any) -> str:
 
 class Normalizer:
     """Turns a resource as read into the strict proto3 JSON form ``json_format`` parses,
-    applying Envoy's relaxations; collects a :class:`FieldProblem` for each departure."""
+    applying Envoy's relaxations; collects a `FieldProblem` for each departure."""
 
     def __init__(self, pool: Any = None, limit: int = 20) -> None:
         self.pool = pool or descriptor_pool.Default()
@@ -496,7 +496,7 @@ def normalize(
 
 
 class FieldProblems(Exception):
-    """Every :class:`FieldProblem` of one resource."""
+    """Every `FieldProblem` of one resource."""
 
     def __init__(self, problems: list[FieldProblem]) -> None:
         super().__init__("; ".join(str(problem) for problem in problems))
@@ -505,7 +505,7 @@ class FieldProblems(Exception):
 
 def parse_message(cls: type[Message], body: Mapping[str, Any], line: int | None = None) -> Message:
     """``body`` (a resource without its ``@type``) as a ``cls`` message, read as Envoy reads
-    it; raises :class:`FieldProblems`."""
+    it; raises `FieldProblems`."""
     strict, problems = normalize(cls.DESCRIPTOR, body, line)
     if problems:
         raise FieldProblems(problems)

@@ -14,7 +14,7 @@ resource when it lapses without a heartbeat).
 
 Every problem in the directory is collected and reported together, each with its file and
 document; what the problems refuse (the directory, or the file) is decided in
-:mod:`._assemble`.
+`._assemble`.
 
 What a directory may cost is bounded before the expensive work starts: file sizes are
 checked from ``stat`` before anything is read (and again while reading), and YAML aliases
@@ -111,7 +111,7 @@ def yaml_problem(where: str, error: yaml.YAMLError) -> Problem:
 class ConfigError(ValueError):
     """The directory cannot be served; ``problems`` lists every reason.
 
-    ``diagnostics`` holds the ERROR diagnostics of :func:`~xdscore.analysis.analyze` among
+    ``diagnostics`` holds the ERROR diagnostics of [`analyze`][xdscore.analysis.analyze] among
     them (each is also one of ``problems``, with its location).
     """
 
@@ -123,7 +123,8 @@ class ConfigError(ValueError):
 
 
 def config_files(directory: Path) -> list[Path]:
-    """The files :func:`read_directory` reads, in the order it reads them."""
+    """The files [`read_directory`][xdscore.config.read_directory] reads, in the order it reads
+    them."""
     if not directory.is_dir():
         raise ConfigError([Problem(str(directory), "not a directory")])
     return sorted(
@@ -183,7 +184,7 @@ def read_files(
 ) -> DirectoryData:
     """The bytes of every config file, within the size limits (checked from ``stat`` first,
     then while reading, for a file that grows in between). A file over ``max_file_bytes``
-    is not read (it is a :class:`FileData` with its refusal); files within it that hold
+    is not read (it is a `FileData` with its refusal); files within it that hold
     more than ``max_config_bytes`` together refuse the whole directory."""
     root = Path(directory)
     try:
@@ -296,8 +297,8 @@ _Loader.add_constructor("tag:yaml.org,2002:seq", _construct_seq)
 
 
 class _YamlLoader(_Loader):
-    """:class:`_Loader` for YAML files: plain scalars typed as Envoy's YAML conversion
-    (yaml-cpp) types them (see :mod:`._envoy_json`)."""
+    """`_Loader` for YAML files: plain scalars typed as Envoy's YAML conversion
+    (yaml-cpp) types them (see `._envoy_json`)."""
 
     def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
         if kind is yaml.ScalarNode and implicit[0] and value != "<<":
@@ -331,7 +332,7 @@ def _check_aliases(root: yaml.Node, where: str, aliases: int) -> int:
 
     Walks the node graph once, each node once, computing the size each node expands to
     (an alias counts as the size of what it names, each time it appears): the expansion is
-    measured without being done. Raises :class:`_Bounds` past either bound, or on a
+    measured without being done. Raises `_Bounds` past either bound, or on a
     recursive alias.
     """
     sizes: dict[int, int] = {}  # expanded size of each node done, by id
@@ -380,7 +381,7 @@ def _check_aliases(root: yaml.Node, where: str, aliases: int) -> int:
 
 def _documents(path: Path, data: bytes) -> list[tuple[str, Any]]:
     """The documents of one file, each checked against the alias bounds before it is
-    constructed. Raises ``yaml.YAMLError`` (or :class:`_Bounds`) for the whole file."""
+    constructed. Raises ``yaml.YAMLError`` (or `_Bounds`) for the whole file."""
     text = data.decode("utf-8")
     is_json = path.suffix == ".json"
     if is_json and not text.strip():
@@ -588,11 +589,11 @@ class FileResult:
     resources: tuple[tuple[str, Resource], ...]
     problems: tuple[Problem, ...]
     held: bool = False
-    """The file is still being written (see :attr:`FileData.held`)."""
+    """The file is still being written (see `FileData.held`)."""
 
 
 def parse_file(file: FileData) -> FileResult:
-    """The resources and problems of one file as read by :func:`read_files`."""
+    """The resources and problems of one file as read by `read_files`."""
     if file.data is None:
         problem = Problem(str(file.path), file.error or "cannot be read")
         return FileResult(file.path, (), (problem,), held=file.held)
@@ -631,7 +632,7 @@ def resource_files(contents: DirectoryData) -> list[FileData]:
 
 
 def parse_files(contents: DirectoryData) -> tuple[list[tuple[str, Resource]], list[Problem]]:
-    """The resources and problems of a directory read by :func:`read_files`."""
+    """The resources and problems of a directory read by `read_files`."""
     import_all_protos()
     resources: list[tuple[str, Resource]] = []
     problems = list(contents.problems)
@@ -653,8 +654,8 @@ def read_directory(
 
     A file over ``max_file_bytes``, or files together over ``max_config_bytes``, are refused
     from their sizes before anything is read; a YAML file with more than
-    :data:`MAX_YAML_ALIASES` aliases, or a document its aliases would expand by more than
-    :data:`MAX_YAML_ALIAS_NODES` nodes, is refused before it is constructed. Each refusal is
+    `MAX_YAML_ALIASES` aliases, or a document its aliases would expand by more than
+    `MAX_YAML_ALIAS_NODES` nodes, is refused before it is constructed. Each refusal is
     one problem naming the file, the document and the limit.
     """
     contents = read_files(

@@ -7,7 +7,7 @@ by a newer one) kills the child with SIGKILL, which stops it wherever it is and 
 memory back to the system at once; nothing of it lingers in the server, and it never
 competes with the event loop for the GIL.
 
-The children are forked from a fork server (:mod:`._child`), started on the first load,
+The children are forked from a fork server (`._child`), started on the first load,
 which imports the loader and the Envoy protobuf modules once: a load starts in a few
 milliseconds. The server talks to it over a socket pair: for each load it passes two pipes
 (the job in, the outcome out) and gets the child's pid back. The files travel to the child
@@ -57,7 +57,7 @@ def register_descriptors(source: str | Path | bytes) -> list[str]:
     """Register the message types of a serialized FileDescriptorSet (a path to one, or its
     bytes) in this process, and in every loader process started from now on; the full
     names of the message types it added. Raises
-    :class:`~xdscore.config.DescriptorSetError`."""
+    [`DescriptorSetError`][xdscore.config.DescriptorSetError]."""
     added = register_descriptor_set(source)
     _descriptor_sets.append(source if isinstance(source, bytes) else Path(source).read_bytes())
     return added
@@ -138,9 +138,9 @@ async def warm_loader() -> None:
 async def load_in_process(
     contents: DirectoryData, fallbacks: Mapping[Path, bytes] | None
 ) -> Assembly:
-    """:func:`~._assemble.assemble` of ``contents`` in a child process; cancelling the
-    caller kills the child. Raises :class:`~._loader.ConfigError` as ``assemble`` does,
-    and :class:`LoaderFailed` when the child fails otherwise."""
+    """`assemble` of ``contents`` in a child process; cancelling the
+    caller kills the child. Raises [`ConfigError`][xdscore.config.ConfigError] as ``assemble`` does,
+    and `LoaderFailed` when the child fails otherwise."""
     call = _Call(_child.Job(contents, fallbacks, _protobuf_modules(), tuple(_descriptor_sets)))
     try:
         await anyio.to_thread.run_sync(call.start)

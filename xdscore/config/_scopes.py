@@ -58,13 +58,13 @@ _RESERVED = {choice.value: choice for choice in Unselected}
 @attrs.frozen
 class ScopesFile:
     """What a ``scopes.yaml`` says: its scopes, in order, and what a node that none of them
-    selects gets (:class:`~xdscore.cache.Unselected`, or a scope's name)."""
+    selects gets ([`Unselected`][xdscore.cache.Unselected], or a scope's name)."""
 
     scopes: tuple[Scope, ...] = ()
     default: Unselected | str = Unselected.EVERYTHING
 
     def cache(self, source: Cache) -> ScopedCache:
-        """A :class:`~xdscore.cache.ScopedCache` over ``source`` serving these scopes."""
+        """A [`ScopedCache`][xdscore.ScopedCache] over ``source`` serving these scopes."""
         return ScopedCache(source, self.scopes, default=self.default)
 
     def apply(self, cache: ScopedCache) -> bool:
@@ -88,7 +88,8 @@ class ScopesFile:
 
 
 def parse_scopes(data: bytes | str, where: str = SCOPES_FILE) -> ScopesFile:
-    """What a ``scopes.yaml`` holds; :class:`ConfigError` says what is wrong."""
+    """What a ``scopes.yaml`` holds; [`ConfigError`][xdscore.config.ConfigError] says what is
+    wrong."""
     try:
         document = yaml.safe_load(data)
     except yaml.YAMLError as exc:
@@ -210,7 +211,7 @@ def with_scopes(
     report: Report, directory: str | Path, found: Iterable[tuple[str, Resource]]
 ) -> Report:
     """``report`` and the findings about the directory's scopes (XDS010 to XDS012);
-    :class:`ConfigError` when its ``scopes.yaml`` does not load."""
+    [`ConfigError`][xdscore.config.ConfigError] when its ``scopes.yaml`` does not load."""
     scopes = load_scopes(directory).scopes
     if not scopes:
         return report

@@ -4,12 +4,12 @@ A watcher first loads the directory as a whole (any problem refuses it), then re
 every change. A reload:
 
 1. starts once the changes have been quiet for ``quiet_ms`` (at most ``max_delay_ms`` after
-   the first), and no changed file is still held open by a writer (:mod:`._writers`; for
+   the first), and no changed file is still held open by a writer (`._writers`; for
    at most ``max_delay_ms`` too);
 2. reads the files in a thread until two reads ``quiet_ms`` apart agree, a file still held
    open for writing being taken as not yet there (its bytes unused);
 3. stops there if the files are those it last applied;
-4. loads them in a child process (:mod:`._process`), file by file (:mod:`._assemble`): a
+4. loads them in a child process (`._process`), file by file (`._assemble`): a
    file with a problem of its own is refused alone and keeps its last good version;
 5. applies the result, unless a newer reload finished first.
 
@@ -20,7 +20,7 @@ How reloads relate to each other:
 * the result of a reload is used only if no newer reload has finished before it; once one
   finishes (applied, refused, or unchanged), every older one still running is abandoned;
 * a reload still running after ``reload_timeout`` seconds is abandoned and reported as a
-  failure; at most :data:`MAX_RELOADS` run at once, and starting one more abandons the
+  failure; at most `MAX_RELOADS` run at once, and starting one more abandons the
   oldest;
 * abandoning a reload kills its load's process at once (or stops its reading thread at its
   next wait between reads); nothing of it is waited for.
@@ -175,13 +175,13 @@ async def load_directory_async(
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
     max_config_bytes: int = DEFAULT_MAX_CONFIG_BYTES,
 ) -> Snapshot:
-    """:func:`~xdscore.config.load_directory` off the event loop, for a directory that may
-    be being written: the files are read in a worker thread until two reads ``quiet_ms``
-    apart agree (at most :data:`MAX_READS` reads), and what was read is loaded in a child
+    """[`load_directory`][xdscore.config.load_directory] off the event loop, for a directory that
+    may be being written: the files are read in a worker thread until two reads ``quiet_ms``
+    apart agree (at most `MAX_READS` reads), and what was read is loaded in a child
     process.
 
-    Raises :class:`ConfigError` when the directory is refused, when its files kept
-    changing, or when reading and loading took longer than ``timeout`` seconds (the child
+    Raises [`ConfigError`][xdscore.config.ConfigError] when the directory is refused, when its files
+    kept changing, or when reading and loading took longer than ``timeout`` seconds (the child
     process is then killed). Starting the loader processes, once per process, is not
     counted in ``timeout``.
     """
@@ -477,10 +477,10 @@ async def watch_directory(
     The first load takes the directory as a whole: any problem refuses it, and until a load
     applies, reloads do the same. Started with ``TaskGroup.start``, the watcher reports the
     snapshot it loaded (and set, unless the cache already served the same resources under
-    ``key``), or raises :class:`ConfigError` from ``start``; started otherwise, a refused
-    first load is logged (and ``on_refused`` told) and the watcher goes on. ``on_applied``
-    is called after each reload that loads the directory (not after the first load), with
-    the snapshot then served: the one before when only files that hold no resources
+    ``key``), or raises [`ConfigError`][xdscore.config.ConfigError] from ``start``; started
+    otherwise, a refused first load is logged (and ``on_refused`` told) and the watcher goes on.
+    ``on_applied`` is called after each reload that loads the directory (not after the first load),
+    with the snapshot then served: the one before when only files that hold no resources
     (``scopes.yaml``) or files refused alone changed.
 
     Changes are gathered until the directory has been quiet for ``quiet_ms`` (or, under
@@ -495,7 +495,7 @@ async def watch_directory(
     aside the same way until its writer closes it, logged at WARNING (``on_refused`` is not
     told). A reload that fails as a whole
     (problems between files, over the directory's size, still changing after
-    :data:`MAX_READS` reads, or not loaded within ``reload_timeout`` seconds) is logged at
+    `MAX_READS` reads, or not loaded within ``reload_timeout`` seconds) is logged at
     ERROR, ``on_refused`` is told why, and the last good snapshot keeps being served.
     Reloads never wait for each other: see the module documentation for how their results
     are ordered. Each string received on ``reload_requests`` (a reason, such as

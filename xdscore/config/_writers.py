@@ -4,7 +4,7 @@ A file rewritten in place passes through states nobody meant to serve: empty onc
 truncated, then each piece as it is written. Linux reports every write to a file
 (``IN_MODIFY``) and every close of a file that was open for writing (``IN_CLOSE_WRITE``),
 whoever the writer is (another user, another container sharing the volume): a file written
-since a writer last closed it is still being written. :class:`WriteTracker` follows those
+since a writer last closed it is still being written. `WriteTracker` follows those
 events in every directory under the watched one, and in the directories that files reached
 through a symbolic link live in, and says which files are held that way.
 
@@ -53,8 +53,8 @@ _READ_BYTES = 64 * 1024
 class WriteTracker:
     """The files written since their writer last closed them, under one directory.
 
-    Thread-safe: the watcher asks from the event loop (:meth:`closed`) and from the thread
-    that reads the files (:meth:`held`); each question first takes in the events the
+    Thread-safe: the watcher asks from the event loop (`closed`) and from the thread
+    that reads the files (`held`); each question first takes in the events the
     kernel has queued, so the answer covers every write made before it was asked.
     """
 

@@ -1,12 +1,12 @@
 """etcd as a configuration source: the key layout, a writer, and a source feeding caches.
 
 Resources live one per key, ``{prefix}/{protobuf full message name}/{resource name}``, the
-value being the resource's encoded message (see :mod:`xdscore.etcd._layout`).
-:func:`apply_state` writes a whole desired state as one transaction; :class:`EtcdSource`
-follows the prefix and feeds a :class:`~xdscore.SnapshotCache` or
-:class:`~xdscore.LinearCache` one whole revision at a time. The client is ``aetcd``
-(``pip install 'xdscore[etcd]'``), imported on first use: importing this package does not
-need it. The guide is ``docs/etcd.md``.
+value being the resource's encoded message (see `xdscore.etcd._layout`).
+[`apply_state`][xdscore.etcd.apply_state] writes a whole desired state as one transaction;
+[`EtcdSource`][xdscore.etcd.EtcdSource] follows the prefix and feeds a
+[`SnapshotCache`][xdscore.SnapshotCache] or [`LinearCache`][xdscore.LinearCache] one whole revision
+at a time. The client is ``aetcd`` (``pip install 'xdscore[etcd]'``), imported on first use:
+importing this package does not need it. The guide is ``docs/etcd.md``.
 """
 
 from ._check import Evaluation, evaluate

@@ -1,5 +1,5 @@
 """Turning what etcd holds under a prefix into resources, and checking them as a config
-directory is checked (:func:`xdscore.analysis.analyze`). Pure: no I/O."""
+directory is checked ([`xdscore.analysis.analyze`][xdscore.analysis.analyze]). Pure: no I/O."""
 
 from __future__ import annotations
 
@@ -38,7 +38,8 @@ def check_resources(
     pairs: Iterable[tuple[str, Resource]], *, complete: bool = True
 ) -> tuple[list[str], tuple[Diagnostic, ...]]:
     """The problems (ERROR diagnostics, ``"where: CODE message"``) and the warnings of
-    ``(where, resource)`` pairs, as :func:`xdscore.config.load_directory` judges them."""
+    ``(where, resource)`` pairs, as [`xdscore.config.load_directory`][xdscore.config.load_directory]
+    judges them."""
     report = analyze(list(pairs), complete=complete)
     problems = [f"{d.where}: {d.code} {d.message}" for d in report.errors]
     return problems, report.warnings

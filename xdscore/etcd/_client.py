@@ -44,7 +44,8 @@ class EtcdError(Exception):
 
 
 def aetcd() -> Any:
-    """The ``aetcd`` module; :class:`EtcdError` naming the extra when it is not installed."""
+    """The ``aetcd`` module; [`EtcdError`][xdscore.etcd.EtcdError] naming the extra when it is not
+    installed."""
     try:
         import aetcd as module
     except ImportError as exc:

@@ -5,11 +5,11 @@ One key per resource::
     {prefix}/{protobuf full message name}/{resource name}
 
 for instance ``/xdscore/envoy.config.cluster.v3.Cluster/web``. The value is the resource's
-encoded protobuf message, the bytes :attr:`xdscore.Resource.body` holds (deterministic
+encoded protobuf message, the bytes `xdscore.Resource.body` holds (deterministic
 serialisation), so the content version every replica computes from them is the same. A
 name may contain ``/`` (``xdstp://`` names do): the name is everything after the type
 segment. A type segment starting with ``.`` is reserved for xdscore's own keys (the apply
-marker, :data:`MARKER`), which hold no resource. Everything here is pure: no I/O, no etcd
+marker, `MARKER`), which hold no resource. Everything here is pure: no I/O, no etcd
 client.
 """
 
@@ -46,8 +46,8 @@ DEFAULT_PREFIX = "/xdscore"
 """The prefix used when none is given."""
 MARKER = ".applied"
 """The reserved segment of the apply marker, ``{prefix}/.applied``: every apply writes it,
-so two applies that read the same revision cannot both commit (see :func:`apply_state
-<xdscore.etcd.apply_state>`)."""
+so two applies that read the same revision cannot both commit (see
+[`apply_state`][xdscore.etcd.apply_state])."""
 
 
 def normalize_prefix(prefix: str) -> str:
@@ -89,8 +89,8 @@ class LayoutError(ValueError):
 
 def parse_key(prefix: str, key: bytes) -> tuple[str, str] | None:
     """``(type_url, name)`` of a resource key; ``None`` for a reserved key (a segment
-    starting with ``.``). Raises :class:`LayoutError` for a key that is not in the layout or
-    names a type protobuf does not know."""
+    starting with ``.``). Raises [`LayoutError`][xdscore.etcd.LayoutError] for a key that is not in
+    the layout or names a type protobuf does not know."""
     start = range_start(prefix)
     if not key.startswith(start):
         raise LayoutError(f"the key is not under {start.decode()!r}")
@@ -197,9 +197,9 @@ class Diff:
 
 
 def diff(prefix: str, current: Mapping[bytes, bytes], desired: Mapping[bytes, bytes]) -> Diff:
-    """What turns ``current`` into ``desired`` (both keyed as :func:`encode_state` keys
-    them). Reserved keys are ignored; a key of ``current`` outside the layout counts as
-    removed under its raw text, so an apply clears it."""
+    """What turns ``current`` into ``desired`` (both keyed as
+    [`encode_state`][xdscore.etcd.encode_state] keys them). Reserved keys are ignored; a key of
+    ``current`` outside the layout counts as removed under its raw text, so an apply clears it."""
     added: list[Change] = []
     changed: list[Change] = []
     removed: list[Change] = []

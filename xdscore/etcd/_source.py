@@ -1,11 +1,11 @@
 """Feeding caches from what etcd holds under a prefix, one whole revision at a time.
 
-How an :class:`EtcdSource` follows etcd:
+How an [`EtcdSource`][xdscore.etcd.EtcdSource] follows etcd:
 
 * **Load.** One range read of the prefix gives every key at one revision R. The state is
-  checked (:func:`~xdscore.etcd._check.evaluate`: the layout, then
-  :func:`xdscore.analysis.analyze` as for a config directory) and applied to the caches,
-  or refused. A prefix that holds nothing yet is not a state: the source waits for one.
+  checked ([`evaluate`][xdscore.etcd.evaluate]: the layout, then
+  [`xdscore.analysis.analyze`][xdscore.analysis.analyze] as for a config directory) and applied to
+  the caches, or refused. A prefix that holds nothing yet is not a state: the source waits for one.
 * **Watch.** Then it watches the prefix from R + 1: etcd sends every later event once, in
   revision order, so there is no gap and no duplicate. etcd never splits a revision across
   watch responses (fragmenting is off), and the events of one response are grouped by
@@ -129,19 +129,21 @@ class _Relist(Exception):
 class EtcdSource:
     """Keeps caches in step with the resources etcd holds under ``prefix``.
 
-    ``cache`` is a :class:`~xdscore.SnapshotCache` (each revision becomes one snapshot for
+    ``cache`` is a [`SnapshotCache`][xdscore.SnapshotCache] (each revision becomes one snapshot for
     group ``key``, authoritative for every registered type), a
-    :class:`~xdscore.LinearCache` (it gets the resources of its type), or several of
+    [`LinearCache`][xdscore.LinearCache] (it gets the resources of its type), or several of
     them. ``complete`` says the prefix is the only source of every type, as a config
     directory is: a reference to a resource it lacks refuses the revision. Pass ``False``
     when other sources serve some types; then only references to the types present under
     the prefix are checked.
 
-    Run :meth:`run` in a task; :attr:`loaded` and :attr:`revision` say what is served,
-    :meth:`wait_loaded` and :meth:`wait_for` wait for it, ``on_outcome`` is called with
-    every :class:`Outcome`, and with ``registry`` the source records ``xdscore_etcd_*``
-    metrics there. See the module documentation for what happens when etcd is down or
-    compacts, and ``docs/etcd.md``.
+    Run [`run`][xdscore.etcd.EtcdSource.run] in a task; [`loaded`][xdscore.etcd.EtcdSource.loaded]
+    and [`revision`][xdscore.etcd.EtcdSource.revision] say what is served,
+    [`wait_loaded`][xdscore.etcd.EtcdSource.wait_loaded] and
+    [`wait_for`][xdscore.etcd.EtcdSource.wait_for] wait for it, ``on_outcome`` is called with every
+    [`Outcome`][xdscore.etcd.Outcome], and with ``registry`` the source records ``xdscore_etcd_*``
+    metrics there. See the module documentation for what happens when etcd is down or compacts, and
+    ``docs/etcd.md``.
     """
 
     def __init__(
@@ -220,7 +222,7 @@ class EtcdSource:
 
     async def caught_up(self, timeout: float) -> bool:
         """Wait, at most ``timeout`` seconds, until the source has judged every revision that
-        wrote under the prefix before this call (the :class:`~xdscore.server.CatchUp`
+        wrote under the prefix before this call (the [`CatchUp`][xdscore.server.CatchUp]
         protocol: give the source to ``XdsServer(catch_up=...)``). False when etcd could not
         be asked in time or the watch did not get there.
 
@@ -278,7 +280,7 @@ class EtcdSource:
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
         """Follow etcd until cancelled (``task_status`` is reported at once: use
-        :meth:`wait_loaded` for readiness)."""
+        [`wait_loaded`][xdscore.etcd.EtcdSource.wait_loaded] for readiness)."""
         task_status.started()
         failures: tuple[type[BaseException], ...] = (EtcdError, *client_errors())
         reason: str | None = "start"

@@ -6,8 +6,8 @@ resource, a delete for each removed one, nothing for the unchanged, and a put of
 marker. The transaction is guarded by one compare: no key of the prefix was modified after
 R. The marker is in the prefix and every apply writes it, so two applies that both read R
 cannot both commit, deletions included: the one that loses reads again and retries, up to
-``attempts`` times, then gives up with :class:`ApplyConflict`. One apply is one revision,
-which every :class:`~xdscore.etcd.EtcdSource` applies whole.
+``attempts`` times, then gives up with [`ApplyConflict`][xdscore.etcd.ApplyConflict]. One apply is
+one revision, which every [`EtcdSource`][xdscore.etcd.EtcdSource] applies whole.
 
 A writer that is not xdscore's (``etcdctl``, another program) and only deletes keys does
 not touch the marker: such a deletion racing an apply is not detected.
@@ -90,12 +90,13 @@ async def apply_state(
 ) -> ApplyResult:
     """Make ``resources`` the whole state under ``prefix``, in one transaction.
 
-    Raises :class:`StateRefused` (before anything is read) when ``check`` finds what a
-    source would refuse the state for (see :func:`~xdscore.etcd.EtcdSource`, ``complete``
-    as there); ``ValueError`` for duplicates or aliases; :class:`ApplyConflict` when other
-    writers won ``attempts`` times; :class:`EtcdError` when etcd cannot be reached or
-    refuses the transaction (its size limits included). With ``dry_run`` nothing is
-    written: the result holds the difference against the revision read.
+    Raises [`StateRefused`][xdscore.etcd.StateRefused] (before anything is read) when ``check``
+    finds what a source would refuse the state for (see [`EtcdSource`][xdscore.etcd.EtcdSource],
+    ``complete`` as there); ``ValueError`` for duplicates or aliases;
+    [`ApplyConflict`][xdscore.etcd.ApplyConflict] when other writers won ``attempts`` times;
+    [`EtcdError`][xdscore.etcd.EtcdError] when etcd cannot be reached or refuses the transaction
+    (its size limits included). With ``dry_run`` nothing is written: the result holds the difference
+    against the revision read.
     """
     given = list(resources)
     desired = encode_state(prefix, given)

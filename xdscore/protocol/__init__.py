@@ -1,12 +1,13 @@
 """The xDS protocol as pure state machines, for those who drive them themselves.
 
-Four machines, one per side and protocol: :class:`SotwServer`, :class:`DeltaServer`,
-:class:`SotwClient`, :class:`DeltaClient`. None of them does I/O, awaits, reads a clock or
-draws a random number; time and nonces come from the caller. A server machine takes
-decoded requests (``receive``, which returns :data:`Event` values) and says what to send
-against a :class:`ResourceView` (``poll``); a client machine turns what it wants into
-requests and responses into ACKs and NACKs. The per-type rules are in one table
-(:mod:`xdscore.protocol._state`). Importing this package loads neither anyio nor grpclib.
+Four machines, one per side and protocol: [`SotwServer`][xdscore.protocol.SotwServer],
+[`DeltaServer`][xdscore.protocol.DeltaServer], [`SotwClient`][xdscore.protocol.SotwClient],
+[`DeltaClient`][xdscore.protocol.DeltaClient]. None of them does I/O, awaits, reads a clock or draws
+a random number; time and nonces come from the caller. A server machine takes decoded requests
+(``receive``, which returns [`Event`][xdscore.protocol.Event] values) and says what to send against
+a [`ResourceView`][xdscore.protocol.ResourceView] (``poll``); a client machine turns what it wants
+into requests and responses into ACKs and NACKs. The per-type rules are in one table
+(`xdscore.protocol._state`). Importing this package loads neither anyio nor grpclib.
 """
 
 from .._errors import GrpcStatus, LocalProtocolError, ProtocolError, RemoteProtocolError

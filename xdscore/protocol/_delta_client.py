@@ -10,19 +10,19 @@ Per type the client keeps Envoy's three sets:
 * ``ambiguous``: names it unsubscribed while subscribed to the wildcard, held until the
   server says whether they are still in the wildcard (a resource) or gone (a removal).
 
-:meth:`~DeltaClient.subscribe` and :meth:`~DeltaClient.unsubscribe` return the
-request to send; the first request of a wildcard-capable type with no names is legacy
-wildcard. :meth:`~DeltaClient.receive` applies a response and returns the ACK (nonce
-only) or NACK. A response is rejected as a whole when a name repeats or a name is both
-updated and removed; when the ``validate`` hook objects to some resources, the rest of the
-response (removals included) still applies and the response is NACKed, as Envoy does for
-clusters and listeners. A resource with no body whose version equals the held one is a
-heartbeat; a body-less entry for anything else (without aliases) is rejected with the whole
-response, as Envoy rejects it. ``resource_errors`` are kept per requested name until the
-resource arrives or the name is unsubscribed (an error alone drops nothing held, as in
-gRPC).
-:meth:`~DeltaClient.reconnect` returns the first requests of a new stream: every requested
-name (and ``*`` when explicit) with ``initial_resource_versions`` listing every held
+[`subscribe`][xdscore.protocol.DeltaClient.subscribe] and
+[`unsubscribe`][xdscore.protocol.DeltaClient.unsubscribe] return the request to send; the first
+request of a wildcard-capable type with no names is legacy wildcard.
+[`receive`][xdscore.protocol.DeltaClient.receive] applies a response and returns the ACK (nonce
+only) or NACK. A response is rejected as a whole when a name repeats or a name is both updated and
+removed; when the ``validate`` hook objects to some resources, the rest of the response (removals
+included) still applies and the response is NACKed, as Envoy does for clusters and listeners. A
+resource with no body whose version equals the held one is a heartbeat; a body-less entry for
+anything else (without aliases) is rejected with the whole response, as Envoy rejects it.
+``resource_errors`` are kept per requested name until the resource arrives or the name is
+unsubscribed (an error alone drops nothing held, as in gRPC).
+[`reconnect`][xdscore.protocol.DeltaClient.reconnect] returns the first requests of a new stream:
+every requested name (and ``*`` when explicit) with ``initial_resource_versions`` listing every held
 resource, names still waiting omitted; types it no longer wants anything of are not
 requested again.
 """
@@ -217,8 +217,8 @@ class DeltaClient:
         """Unsubscribe from ``names`` (``*`` leaves the wildcard); return the request to send.
 
         Under the wildcard, unsubscribed names stay held (ambiguous) until the server says
-        whether they remain in it. Raises :class:`~xdscore.LocalProtocolError` for a type
-        never subscribed to.
+        whether they remain in it. Raises
+        [`LocalProtocolError`][xdscore.protocol.LocalProtocolError] for a type never subscribed to.
         """
         state = self._types.get(type_url)
         if state is None:
@@ -251,7 +251,8 @@ class DeltaClient:
 
         A response with a repeated name, or a name both updated and removed, is rejected
         whole; otherwise its valid part applies even when it is NACKed. Raises
-        :class:`~xdscore.LocalProtocolError` for a type never subscribed to (state unchanged).
+        [`LocalProtocolError`][xdscore.protocol.LocalProtocolError] for a type never subscribed to
+        (state unchanged).
         """
         type_url = response.type_url
         state = self._types.get(type_url)
@@ -420,7 +421,7 @@ class _Entries:
 
 
 def _entries(response: DeltaDiscoveryResponse) -> _Entries:
-    """The :class:`_Entries` of ``response`` (remembered for the last few resource tuples
+    """The `_Entries` of ``response`` (remembered for the last few resource tuples
     seen, by identity: a load generator hands one decoded tuple to every client)."""
     resources = response.resources
     key = (id(resources), response.type_url)

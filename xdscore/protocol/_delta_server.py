@@ -2,13 +2,13 @@
 
 Theory of operation
 -------------------
-Like :class:`~xdscore.protocol.SotwServer`, one :class:`DeltaServer` exists per gRPC
-stream; :meth:`~DeltaServer.receive` applies a decoded request and returns events,
-:meth:`~DeltaServer.poll` returns the responses due against a
-:class:`~xdscore.cache.ResourceView`. Each type URL is independent, and its phase moves by
-the table of :mod:`xdscore.protocol._state`.
+Like [`SotwServer`][xdscore.protocol.SotwServer], one [`DeltaServer`][xdscore.protocol.DeltaServer]
+exists per gRPC stream; [`receive`][xdscore.protocol.DeltaServer.receive] applies a decoded request
+and returns events, [`poll`][xdscore.protocol.DeltaServer.poll] returns the responses due against a
+[`ResourceView`][xdscore.protocol.ResourceView]. Each type URL is independent, and its phase moves
+by the table of `xdscore.protocol._state`.
 
-Per type the machine keeps a :class:`DeltaTypeState`:
+Per type the machine keeps a [`DeltaTypeState`][xdscore.protocol.DeltaTypeState]:
 
 * ``subscription``: changed by every request, **even one with a stale nonce**: in Delta the
   nonce only pairs ACK/NACK, it never makes a subscription change stale.
@@ -35,9 +35,9 @@ client holds (or is owed) that does not exist or is no longer wanted. No name ap
 and never in both lists. ``system_version_info`` is the type's content version, for debugging.
 For an aliased type (VHDS), a name subscribed to that resolves to no resource, by name or by
 alias, is answered with an entry carrying that name as its alias and no body
-(:meth:`Resource.unresolved`): Envoy resumes the request paused on that alias only when an
-entry carrying it arrives. On ADS, a VHDS subscription also watches the namespaces
-(``<name>/*``) of the route configurations with VHDS sent on the stream, then and later:
+([`Resource.unresolved`][xdscore.protocol.Resource.unresolved]): Envoy resumes the request paused on
+that alias only when an entry carrying it arrives. On ADS, a VHDS subscription also watches the
+namespaces (``<name>/*``) of the route configurations with VHDS sent on the stream, then and later:
 Envoy's VHDS watch matches every virtual host named ``<route configuration>/...``, while its
 requests name only the aliases it asks for on demand (its first request names nothing, and
 an empty answer would not reach the watch). Otherwise a first request that asks for nothing
@@ -52,16 +52,17 @@ only its members, and a change only the names that changed.
 On ADS, sending a type that others warm on (``warms_on`` in the type registry: clusters on
 their endpoints) makes the names it refers to owed, because a cluster warms until its
 endpoints arrive, and a reconnecting or updated cluster may not ask for them again. Also on
-ADS, what is due goes through make-before-break ordering (:mod:`xdscore.protocol._ordering`):
+ADS, what is due goes through make-before-break ordering (`xdscore.protocol._ordering`):
 a changed resource that refers to something the client does not hold yet waits, and so does
 the removal of a resource that something the client holds still refers to.
 
-TTLs reach a client that supports them (:class:`~xdscore.protocol.ClientFeatures`) in each
+TTLs reach a client that supports them ([`ClientFeatures`][xdscore.protocol.ClientFeatures]) in each
 entry's ``ttl`` (``DeltaResponse.ttl``); others get the entries without it. A heartbeat
-(:meth:`~DeltaServer.heartbeat`) carries, for the resources with a TTL the client holds at
-their current version, each name, version and TTL without a body (``DeltaResponse.heartbeat``):
-the client restarts those TTLs and applies nothing. Virtual hosts are repeated in full
-instead, since Envoy takes a body-less VHDS entry for an unresolved alias, not a heartbeat.
+([`heartbeat`][xdscore.protocol.DeltaServer.heartbeat]) carries, for the resources with a TTL the
+client holds at their current version, each name, version and TTL without a body
+(``DeltaResponse.heartbeat``): the client restarts those TTLs and applies nothing. Virtual hosts are
+repeated in full instead, since Envoy takes a body-less VHDS entry for an unresolved alias, not a
+heartbeat.
 """
 
 from __future__ import annotations
@@ -754,7 +755,7 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
 
 @mypyc_attr(native_class=False)  # (referred to weakly: compiled classes cannot be)
 class _Holdings(dict[str, _V]):
-    """Holdings that shared work may refer to weakly (see :mod:`._shared`)."""
+    """Holdings that shared work may refer to weakly (see `xdscore._memos`)."""
 
     __slots__ = ("__weakref__",)
 

@@ -4,7 +4,7 @@ The optional encodings a server may use are each gated on a client feature: TTLs
 (``xds.config.supports-resource-ttl``), SotW entries wrapped in
 ``envoy.service.discovery.v3.Resource`` (``xds.config.resource-in-sotw``, spelt so by Envoy
 and gRPC alike) and per-resource errors (``resource_errors``, for which no client advertises
-a feature: gRPC reads the field whenever it is present, per gRFC A88; :data:`RESOURCE_ERRORS`
+a feature: gRPC reads the field whenever it is present, per gRFC A88; `RESOURCE_ERRORS`
 is this library's own key for it). A client that does not read ``ttl`` or ``resource_errors``
 skips the field (proto3); a wrapped SotW entry, though, is another type to a client that
 does not expect one, and it rejects the response.
@@ -12,10 +12,10 @@ does not expect one, and it rejects the response.
 Clients do not always advertise what they support: Envoy 1.40 sends no ``client_features``
 at all, yet reads TTLs and wrapped SotW entries. So the features a stream gets are those its
 node advertises plus those the server assumes for the node's ``user_agent_name``
-(:data:`ASSUMED_FEATURES` by default; an :class:`~xdscore.XdsServer` option). The runtime works
+(`ASSUMED_FEATURES` by default; an [`XdsServer`][xdscore.XdsServer] option). The runtime works
 this out from the first request's node and hands the result to the machine
-(:meth:`~xdscore.protocol.SotwServer.use_features`): the machines never look at the node for
-it themselves.
+([`use_features`][xdscore.protocol.SotwServer.use_features]): the machines never look at the node
+for it themselves.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ class ClientFeatures:
 
     ttl: bool = False
     """TTLs on resources, and heartbeats (Delta: ``Resource.ttl``; SotW: only together with
-    :attr:`resource_in_sotw`, since the TTL travels in the wrapper)."""
+    `resource_in_sotw`, since the TTL travels in the wrapper)."""
     resource_in_sotw: bool = False
     resource_errors: bool = False
 

@@ -2,7 +2,7 @@
 
 Envoy and gRPC discover what to subscribe to from what they hold: a cluster's endpoints, a
 listener's route configuration, the secrets its TLS contexts name, a route's clusters
-(proxyless gRPC, which watches nothing with a wildcard). :class:`Follower` records, per
+(proxyless gRPC, which watches nothing with a wildcard). `Follower` records, per
 type, the names each other type's held resources refer to, and says when the followed set
 of a type changes. It is pure bookkeeping; the client driver turns its answers into
 subscriptions, skipping types the client already watches with a wildcard.
@@ -30,7 +30,7 @@ class Follower:
 
     def refers(self, type_url: str) -> bool:
         """Whether what the client holds of ``type_url`` can refer to anything, or did: if
-        not, :meth:`update` would find nothing changed (callers may skip gathering what is
+        not, `update` would find nothing changed (callers may skip gathering what is
         held)."""
         return has_references(type_url) or any(type_url in by for by in self._by_target.values())
 

@@ -89,7 +89,7 @@ class ServerMachine(Generic[_State, _Request, _Response]):
         self.state = StreamState.OPEN
         """OPEN, or ERROR for good after a protocol error."""
         self.features: ClientFeatures = NO_FEATURES
-        """What the client can read beyond the plain protocol (see :meth:`use_features`)."""
+        """What the client can read beyond the plain protocol (see `use_features`)."""
         self._deny: Deny | None = None
 
     def use_features(self, features: ClientFeatures) -> None:
@@ -140,11 +140,11 @@ class ServerMachine(Generic[_State, _Request, _Response]):
     def receive(self, request: _Request) -> list[Event]:
         """Apply one decoded request; return the events it caused, in order.
 
-        Raises :class:`~xdscore.RemoteProtocolError` for a request the protocol forbids
-        (its ``status`` says how the stream should end) and
-        :class:`~xdscore.LocalProtocolError` if the machine already failed. After either
-        the machine is in ERROR for good: the stream must end. Otherwise only the request's
-        type changed; nothing is sent until :meth:`poll`.
+        Raises [`RemoteProtocolError`][xdscore.protocol.RemoteProtocolError] for a request the
+        protocol forbids (its ``status`` says how the stream should end) and
+        [`LocalProtocolError`][xdscore.protocol.LocalProtocolError] if the machine already failed.
+        After either the machine is in ERROR for good: the stream must end. Otherwise only the
+        request's type changed; nothing is sent until `poll`.
         """
         ensure_open(self.state)
         try:
@@ -161,8 +161,8 @@ class ServerMachine(Generic[_State, _Request, _Response]):
         ``view`` is ``None`` while the cache has nothing for this client: nothing is sent.
         ``only`` limits the look to those types (the others wait for a later poll).
         Each response returned is in flight from then on (its type is SENT); send them in
-        the order given. Raises :class:`~xdscore.LocalProtocolError` if the machine
-        already failed; never raises for anything the cache holds.
+        the order given. Raises [`LocalProtocolError`][xdscore.protocol.LocalProtocolError] if the
+        machine already failed; never raises for anything the cache holds.
         """
         ensure_open(self.state)
         if view is None:
@@ -185,8 +185,8 @@ class ServerMachine(Generic[_State, _Request, _Response]):
         holds at their current version, unless ``(type_url, name)`` is in ``quiet``; only
         for a client that supports TTLs. A Delta heartbeat carries names, versions and TTLs
         without bodies; a SotW one repeats the held state, wrapped (see the machines).
-        Each response returned is in flight, as from :meth:`poll`. The caller decides when:
-        before the shortest TTL (:meth:`shortest_ttl`) lapses.
+        Each response returned is in flight, as from `poll`. The caller decides when:
+        before the shortest TTL (`shortest_ttl`) lapses.
         """
         ensure_open(self.state)
         if view is None:
@@ -205,7 +205,7 @@ class ServerMachine(Generic[_State, _Request, _Response]):
         return min(ttls) if ttls else None
 
     def refresh(self, type_url: str, names: Collection[str]) -> None:
-        """Owe the client ``names`` of ``type_url`` in full at the next :meth:`poll`, even
+        """Owe the client ``names`` of ``type_url`` in full at the next `poll`, even
         if it holds their versions (after their heartbeats were stopped, the client may have
         let them expire)."""
         state = self._types.get(type_url)

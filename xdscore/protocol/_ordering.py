@@ -27,8 +27,8 @@ client NACKs is never counted as held. Clients that subscribe by name to what th
 discover (proxyless gRPC) are not held back by names they have not asked for yet, so
 ordering cannot deadlock them.
 
-The machines describe what their client holds as immutable :class:`Holding` values, one
-per type, and ask :func:`plan` about what is due; the planner never calls back into them.
+The machines describe what their client holds as immutable `Holding` values, one
+per type, and ask `plan` about what is due; the planner never calls back into them.
 """
 
 from __future__ import annotations

@@ -3,9 +3,9 @@
 An attrs class stays a Python class under mypyc and its generated ``__init__`` runs
 interpreted: the state machines' copy of a type's state on every request and response cost
 about 2.5 us that way on the benchmark machine, a twentieth of a stream's initial sync. A
-:class:`Record` declares its fields ``Final`` in ``__init__`` (the compiled build refuses to
+`Record` declares its fields ``Final`` in ``__init__`` (the compiled build refuses to
 set them afterwards) and names them in ``_fields``; it gets equality, hashing and a repr
-from them. Its ``evolve`` takes each field as a keyword, :data:`KEEP` by default (a copy
+from them. Its ``evolve`` takes each field as a keyword, `KEEP` by default (a copy
 costs 0.1 us).
 
 A record class writes each field once, in a block of comments under its docstring; ``make
@@ -41,7 +41,7 @@ __all__ = ["KEEP", "Keep", "Record"]
 
 @final
 class Keep:
-    """The type of :data:`KEEP`."""
+    """The type of `KEEP`."""
 
     def __repr__(self) -> str:
         return "KEEP"

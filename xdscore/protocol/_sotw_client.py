@@ -2,13 +2,13 @@
 
 Theory of operation
 -------------------
-A :class:`SotwClient` holds, per type, what the client watches and what it accepted.
-Verbs return the request to send: :meth:`~SotwClient.watch` replaces the watched set
-of a type (``None`` means legacy wildcard, ``"*"`` among the names an explicit one), and
-:meth:`~SotwClient.receive` applies a response and returns the ACK or NACK to send.
-After a disconnect, :meth:`~SotwClient.reconnect` returns the first requests of the
-new stream: every watched type with the last accepted version and no nonce (types it no
-longer watches anything of are not requested again).
+A [`SotwClient`][xdscore.protocol.SotwClient] holds, per type, what the client watches and what it
+accepted. Verbs return the request to send: [`watch`][xdscore.protocol.SotwClient.watch] replaces
+the watched set of a type (``None`` means legacy wildcard, ``"*"`` among the names an explicit one),
+and [`receive`][xdscore.protocol.SotwClient.receive] applies a response and returns the ACK or NACK
+to send. After a disconnect, [`reconnect`][xdscore.protocol.SotwClient.reconnect] returns the first
+requests of the new stream: every watched type with the last accepted version and no nonce (types it
+no longer watches anything of are not requested again).
 
 Like Envoy:
 
@@ -171,7 +171,8 @@ class SotwClient:
         request to send.
 
         Resources no longer watched are dropped at once. Raises
-        :class:`~xdscore.LocalProtocolError` for ``None`` on a type that has no wildcard.
+        [`LocalProtocolError`][xdscore.protocol.LocalProtocolError] for ``None`` on a type that has
+        no wildcard.
         """
         info = type_info(type_url)
         previous = self._types.get(type_url)
@@ -195,8 +196,8 @@ class SotwClient:
         """Apply a response; return the ACK or NACK to send.
 
         The valid part of the response is applied even when it is NACKed (the version stays
-        the last accepted one). Raises :class:`~xdscore.LocalProtocolError` for a type the
-        client never watched; the client's state is then unchanged.
+        the last accepted one). Raises [`LocalProtocolError`][xdscore.protocol.LocalProtocolError]
+        for a type the client never watched; the client's state is then unchanged.
         """
         type_url = response.type_url
         state = self._types.get(type_url)

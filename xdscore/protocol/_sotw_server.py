@@ -2,14 +2,14 @@
 
 Theory of operation
 -------------------
-One :class:`SotwServer` exists per gRPC stream (ADS, or a per-type service when
-``type_url`` is fixed). It never does I/O and never awaits: the driver hands it each decoded
-request with :meth:`~SotwServer.receive`, which returns the events the request caused, and
-asks it with :meth:`~SotwServer.poll` what to send given the current
-:class:`~xdscore.cache.ResourceView`. Each type URL is an independent sub-stream whose
-phase moves by the table of :mod:`xdscore.protocol._state`.
+One [`SotwServer`][xdscore.protocol.SotwServer] exists per gRPC stream (ADS, or a per-type service
+when ``type_url`` is fixed). It never does I/O and never awaits: the driver hands it each decoded
+request with [`receive`][xdscore.protocol.SotwServer.receive], which returns the events the request
+caused, and asks it with [`poll`][xdscore.protocol.SotwServer.poll] what to send given the current
+[`ResourceView`][xdscore.protocol.ResourceView]. Each type URL is an independent sub-stream whose
+phase moves by the table of `xdscore.protocol._state`.
 
-Per type the machine keeps an immutable :class:`SotwTypeState`:
+Per type the machine keeps an immutable [`SotwTypeState`][xdscore.protocol.SotwTypeState]:
 
 * ``subscription``: replaced by each request the table lets subscribe.
 * ``held_version``: the version the client is known to hold: the one it ACKed, or, for
@@ -26,10 +26,10 @@ Per type the machine keeps an immutable :class:`SotwTypeState`:
 * ``outstanding``: the response in flight (phase SENT). While one is in flight nothing more
   of that type is sent, so a slow client coalesces to the latest state instead of queueing.
 * ``owed``: a response is due even if the content is unchanged: the client asked again
-  after its response was settled, or (on ADS) a type was just sent that this one warms
+  after its response was answered, or (on ADS) a type was just sent that this one warms
   (``warms_on`` in the type registry: clusters warm until their endpoints arrive).
 
-Rules, in the order :meth:`~SotwServer.receive` applies them:
+Rules, in the order [`receive`][xdscore.protocol.SotwServer.receive] applies them:
 
 1. The first request must carry a node; later ones may omit it; a different node is an error.
 2. ADS requests must name their type; per-type services accept only their own type.
@@ -39,23 +39,23 @@ Rules, in the order :meth:`~SotwServer.receive` applies them:
    nothing is in flight and its ``resource_names`` still count.
 4. A request echoing the outstanding nonce is a NACK if it has ``error_detail``, else an ACK.
 5. The request's ``resource_names`` replace the subscription (wildcard rules in
-   :mod:`xdscore.protocol._subscription`).
+   `xdscore.protocol._subscription`).
 
-:meth:`~SotwServer.poll` then sends, per subscribed type in make-before-break order, the
-current selection when nothing is in flight, it differs from the rejected version, and it
+[`poll`][xdscore.protocol.SotwServer.poll] then sends, per subscribed type in make-before-break
+order, the current selection when nothing is in flight, it differs from the rejected version, and it
 differs from what the client holds or a response is owed. LDS, CDS and SRDS selections are
 full state: all their resources, every time.
 
-For a client that reads TTLs and wrapped entries (:class:`~xdscore.protocol.ClientFeatures`),
-resources with a TTL are sent wrapped in ``envoy.service.discovery.v3.Resource``
-(``SotwResponse.wrapped``; the wrapped body is shared like the plain one). Its heartbeat
-(:meth:`~SotwServer.heartbeat`) repeats the held selection, bodies included, at the held
-version: a body-less SotW entry is not a TTL refresh for Envoy (its SotW client sets TTLs
-only from the resources it applies, and leaves body-less entries out of the state it
-applies, which for listeners and clusters would delete them). For LDS, CDS and SRDS the
-heartbeat is all or nothing, since a SotW response of those types is the whole state: a
-type with a quiet resource gets none. Other types repeat only their non-quiet resources with
-a TTL, and the client's acknowledgement leaves what it is known to hold unchanged.
+For a client that reads TTLs and wrapped entries
+([`ClientFeatures`][xdscore.protocol.ClientFeatures]), resources with a TTL are sent wrapped in
+``envoy.service.discovery.v3.Resource`` (``SotwResponse.wrapped``; the wrapped body is shared like
+the plain one). Its heartbeat ([`heartbeat`][xdscore.protocol.SotwServer.heartbeat]) repeats the
+held selection, bodies included, at the held version: a body-less SotW entry is not a TTL refresh
+for Envoy (its SotW client sets TTLs only from the resources it applies, and leaves body-less
+entries out of the state it applies, which for listeners and clusters would delete them). For LDS,
+CDS and SRDS the heartbeat is all or nothing, since a SotW response of those types is the whole
+state: a type with a quiet resource gets none. Other types repeat only their non-quiet resources
+with a TTL, and the client's acknowledgement leaves what it is known to hold unchanged.
 """
 
 from __future__ import annotations
@@ -550,7 +550,7 @@ class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
     def _make_before_break(
         self, type_url: str, desired: Selection, held: Selection | None, view: ResourceView
     ) -> Selection:
-        """``desired`` less what must wait, plus what must stay (see :mod:`._ordering`)."""
+        """``desired`` less what must wait, plus what must stay (see `._ordering`)."""
         before = held.resources if held is not None else _NOTHING
         changed = (
             [

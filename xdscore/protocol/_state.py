@@ -11,7 +11,7 @@ and versions, and its own *phase*:
   slow client coalesces to the latest state instead of queueing);
 * ``ACKED`` / ``NACKED``: the latest response was applied / rejected, nothing is in flight.
 
-A request is one *input*, decided by :func:`classify` from its nonce alone (inv. 5, 6, 10,
+A request is one *input*, decided by `classify` from its nonce alone (inv. 5, 6, 10,
 11, 25), the same way for SotW and Delta:
 
 * ``REQUEST``: it pairs with no response: no nonce, or the first request of the type;
@@ -19,37 +19,37 @@ A request is one *input*, decided by :func:`classify` from its nonce alone (inv.
   ``error_detail``;
 * ``STALE``: its nonce is not the latest one sent for the type;
 * ``ECHO``: it echoes the latest nonce, whose response was already ACKed or NACKed;
-* ``DUPLICATE``: an echo that repeats the request that settled that response (SotW: the
+* ``DUPLICATE``: an echo that repeats the request that answered that response (SotW: the
   same names and the same version), which asks for nothing new.
 
 The server's own input is ``RESPOND``: the machine sends a response of the type.
 
 What an input does depends on the protocol. In SotW a request is the client's whole wish
 list, so a stale one is ignored once a response was sent (a newer request follows the
-response it has not seen yet, inv. 6), and a request after a settled response is answered
+response it has not seen yet, inv. 6), and a request after an ACKed or NACKed response is answered
 (the client asks again), unless it is a duplicate. In Delta every request changes the
 subscription, stale nonce or not (inv. 26): the nonce only pairs ACK and NACK, so an echo
-of a settled nonce pairs with nothing and is reported like a stale one.
+of an answered nonce pairs with nothing and is reported like a stale one.
 
 Theory of operation
 -------------------
 A machine's ``receive`` classifies the request, looks up ``(protocol, phase, input)`` with
-:func:`step`, applies the cell's *effects* in their order, and moves the type to the cell's
+`step`, applies the cell's *effects* in their order, and moves the type to the cell's
 next phase. ``poll`` does the same with ``RESPOND`` when it sends. The effects are:
 
-* ``REPORT_STALE``: report :class:`~xdscore.protocol.StaleNonceSeen`;
-* ``ACCEPT`` / ``REJECT``: settle the response in flight (record what the client now
+* ``REPORT_STALE``: report [`StaleNonceSeen`][xdscore.protocol.StaleNonceSeen];
+* ``ACCEPT`` / ``REJECT``: end the response in flight (record what the client now
   holds / the version it refused, which is never sent again);
 * ``OWE``: the client wants an answer even if nothing changed (SotW);
 * ``SUBSCRIBE``: apply the request's names to the subscription (wildcard rules in
-  :mod:`xdscore.protocol._subscription`).
+  `xdscore.protocol._subscription`).
 
 A cell that is not in the table is an input the protocol cannot produce in that phase (an
 ACK with nothing in flight is classified ``STALE``, never ``ACK``), so reaching one means the
-code driving the machine is wrong: :func:`step` raises
-:class:`~xdscore.LocalProtocolError` naming the type URL, the phase and the input. The
-whole stream has a life of its own, :class:`StreamState`: OPEN, then ERROR for good after
-any protocol error.
+code driving the machine is wrong: `step` raises
+[`LocalProtocolError`][xdscore.protocol.LocalProtocolError] naming the type URL, the phase and the
+input. The whole stream has a life of its own, [`StreamState`][xdscore.protocol.StreamState]: OPEN,
+then ERROR for good after any protocol error.
 """
 
 from __future__ import annotations
@@ -162,7 +162,7 @@ _STALE, _ACCEPT, _REJECT = Effect.REPORT_STALE, Effect.ACCEPT, Effect.REJECT
 _OWE, _SUB = Effect.OWE, Effect.SUBSCRIBE
 
 
-def _settled(
+def _answered(
     phase: Phase, rows: Mapping[Input, tuple[Effect, ...]]
 ) -> dict[tuple[Phase, Input], Transition]:
     """The rows of a phase in which nothing is in flight (ACKED or NACKED)."""
@@ -182,7 +182,7 @@ _SOTW: dict[tuple[Phase, Input], Transition] = {
     (_S, Input.NACK): Transition((_REJECT, _SUB), _N),
     (_S, Input.STALE): Transition((_STALE,), _S),
     (_S, Input.REQUEST): Transition((_SUB,), _S),
-    **_settled(
+    **_answered(
         _A,
         {
             Input.REQUEST: (_OWE, _SUB),
@@ -191,7 +191,7 @@ _SOTW: dict[tuple[Phase, Input], Transition] = {
             Input.STALE: (_STALE,),
         },
     ),
-    **_settled(
+    **_answered(
         _N,
         {
             Input.REQUEST: (_OWE, _SUB),
@@ -211,7 +211,7 @@ _DELTA: dict[tuple[Phase, Input], Transition] = {
     (_S, Input.NACK): Transition((_REJECT, _SUB), _N),
     (_S, Input.STALE): Transition((_STALE, _SUB), _S),
     (_S, Input.REQUEST): Transition((_SUB,), _S),
-    **_settled(
+    **_answered(
         _A,
         {
             Input.REQUEST: (_SUB,),
@@ -219,7 +219,7 @@ _DELTA: dict[tuple[Phase, Input], Transition] = {
             Input.STALE: (_STALE, _SUB),
         },
     ),
-    **_settled(
+    **_answered(
         _N,
         {
             Input.REQUEST: (_SUB,),
@@ -237,7 +237,8 @@ TRANSITIONS: Mapping[tuple[ProtocolName, Phase, Input], Transition] = {
 
 
 def step(protocol: ProtocolName, type_url: str, phase: Phase, given: Input) -> Transition:
-    """The cell for ``given`` in ``phase``; raises :class:`LocalProtocolError` if there is none."""
+    """The cell for ``given`` in ``phase``; raises
+    [`LocalProtocolError`][xdscore.protocol.LocalProtocolError] if there is none."""
     cell = TRANSITIONS.get((protocol, phase, given))
     if cell is None:
         raise LocalProtocolError(

@@ -13,7 +13,7 @@ Rules (xds_protocol "How the client specifies what resources to return"):
 
 Collections (xRFC TP1 "Glob"): a subscribed ``xdstp://`` name whose id ends in ``/*`` (or is
 ``*``) is a glob: it wants every resource whose canonical name is in that collection (same
-authority, type, id prefix and context parameters; :func:`~xdscore.wire._names.collection_of`),
+authority, type, id prefix and context parameters; `collection_of`),
 now and later, next to any names of the same collection subscribed to one by one. A glob
 stays in ``names`` (so it is unsubscribed like a name) and is listed in ``collections``.
 ``implied`` holds collections the server watches for the client without the client naming
@@ -65,7 +65,8 @@ class Subscription:
         )
 
     def wanted(self, names: Iterable[str]) -> frozenset[str]:
-        """The members of ``names`` that belong to this subscription (see :meth:`wants`)."""
+        """The members of ``names`` that belong to this subscription (see
+        [`wants`][xdscore.protocol.Subscription.wants])."""
         if self.wildcard:
             return frozenset(names)
         if not self.collections:
@@ -149,7 +150,7 @@ class Subscription:
 
 class _ListMemo:
     """The subscription a list of names asks for (not empty: that one depends on the
-    stream's past), by the list's identity (:data:`xdscore._memos.SUBSCRIPTION_LISTS`): a
+    stream's past), by the list's identity (`xdscore._memos.SUBSCRIPTION_LISTS`): a
     fleet's requests share their lists (the codec parses each once), so each is read into a
     set and looked up once, not once a stream."""
 

@@ -1,9 +1,9 @@
 """What the state machines read a cache through: the view protocol and selections.
 
-A :class:`Selection` is the set of resources of one type that one subscription asks for,
-with a content version over (name, version) pairs and the encoded ``resources`` field of a
-SotW response, built once per distinct selection and shared by every stream that asks the
-same.
+A [`Selection`][xdscore.protocol.Selection] is the set of resources of one type that one
+subscription asks for, with a content version over (name, version) pairs and the encoded
+``resources`` field of a SotW response, built once per distinct selection and shared by every stream
+that asks the same.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ class Selection:
     @functools.cached_property
     def collections(self) -> Mapping[str, tuple[str, ...]]:
         """The names of this selection by the glob collection each is in (see
-        :func:`~xdscore.wire._names.collection_of`); built on first use, shared by streams."""
+        `collection_of`); built on first use, shared by streams."""
         index: dict[str, list[str]] = {}
         for name in self.resources:
             collection = collection_of(name)
@@ -73,8 +73,8 @@ class Selection:
 
     @functools.cached_property
     def sotw_wrapped_body(self) -> bytes:
-        """:attr:`sotw_body` with every resource that has a TTL wrapped in
-        ``envoy.service.discovery.v3.Resource`` (carrying the TTL), for clients that read
+        """[`sotw_body`][xdscore.protocol.Selection.sotw_body] with every resource that has a TTL
+        wrapped in ``envoy.service.discovery.v3.Resource`` (carrying the TTL), for clients that read
         wrapped entries and TTLs; shared by all such streams."""
         if self.shortest_ttl is None:
             return self.sotw_body
@@ -96,8 +96,8 @@ class ResourceView(Protocol):
 
     Both methods return ``None`` for a type the view is not authoritative for: the machines
     then send nothing of that type (rather than an empty state that would delete what the
-    client has). ``select`` should return the same :class:`Selection` object for equal
-    arguments on the same view, so that every stream with the same subscription shares one
+    client has). ``select`` should return the same [`Selection`][xdscore.protocol.Selection] object
+    for equal arguments on the same view, so that every stream with the same subscription shares one
     encoded body; ``resources`` should return the same mapping object while the type is
     unchanged, which lets Delta streams skip unchanged types in O(1).
     """

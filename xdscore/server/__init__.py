@@ -1,6 +1,7 @@
 """The server runtime on asyncio: the stream registry, each stream's session and driver,
 the observer of what streams do, and callbacks."""
 
+from .._errors import StreamClosed
 from ._admission import PushSlots, ServerLimits
 from ._authorization import (
     Authorizer,
@@ -48,6 +49,7 @@ __all__ = [
     "ServerLimits",
     "SpiffeNodePolicy",
     "SpiffeOperators",
+    "StreamClosed",
     "StreamInfo",
     "StreamStatus",
     "SyncState",

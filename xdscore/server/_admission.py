@@ -139,7 +139,7 @@ SYNC_TURN_SPREAD = 0.1
 class SyncTurns:
     """When streams refused for ``max_initial_syncs`` should come back: the first once the
     streams syncing now would be done, at the rate syncs have been finishing
-    (:data:`SYNC_RATE_GUESS` a second until one has), each next one a sync's time after the
+    (`SYNC_RATE_GUESS` a second until one has), each next one a sync's time after the
     one before, within [0.5 s, 30 s]. Refused clients that heed their hint so come back at
     the pace the server syncs them: neither all at once, which brought 10,000 streams to
     154 s where 23 s sufficed, nor spread over twice the time, as a hint of the drain time
@@ -172,7 +172,7 @@ def refusal(message: str, retry_after: float, *, spread: float = 1.0) -> RemoteP
 
 WAKES_PER_TURN = 128
 """Streams a cache change wakes in one turn of the event loop while syncs wait for push
-slots (see :meth:`PushSlots.wake`)."""
+slots (see [`PushSlots.wake`][xdscore.server.PushSlots.wake])."""
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -195,7 +195,8 @@ class PushSlots:
     def __init__(self, capacity: int, *, on_deferred: Callable[[], None] | None = None) -> None:
         self.capacity = capacity
         self._on_deferred = on_deferred
-        """Called for each stream :meth:`wake` leaves for a later turn."""
+        """Called for each stream [`wake`][xdscore.server.PushSlots.wake] leaves for a later
+        turn."""
         self._free = [capacity, capacity]
         """Free slots: established streams', syncing streams'."""
         self._waiting: tuple[deque[Wakeup], deque[Wakeup]] = (deque(), deque())
@@ -205,7 +206,8 @@ class PushSlots:
         """A heap of the streams a cache change is still to wake, by age."""
         self._orders = itertools.count()
         self._woken_ahead = 0
-        """Streams :meth:`wake` woke in this loop turn ahead of the queue."""
+        """Streams [`wake`][xdscore.server.PushSlots.wake] woke in this loop turn ahead of the
+        queue."""
         self._wake_turn_scheduled = False
 
     @property
@@ -268,18 +270,19 @@ class PushSlots:
 
     @property
     def to_wake(self) -> int:
-        """Streams a cache change is still to wake (see :meth:`wake`)."""
+        """Streams a cache change is still to wake (see [`wake`][xdscore.server.PushSlots.wake])."""
         return len(self._to_wake)
 
     def next_order(self) -> int:
-        """A new stream's place in the order :meth:`wake` follows (older first)."""
+        """A new stream's place in the order [`wake`][xdscore.server.PushSlots.wake] follows (older
+        first)."""
         return next(self._orders)
 
     def wake(self, wake: Callable[[], None], *, order: int) -> None:
         """Call ``wake`` (a stream's, for a cache change) now, unless syncs wait for slots
-        (a storm): then at most :data:`WAKES_PER_TURN` streams are woken in a turn, the
-        oldest (lowest ``order``, from :meth:`next_order`) first, and the others in later
-        turns. The caller queues its stream once until it is woken."""
+        (a storm): then at most `WAKES_PER_TURN` streams are woken in a turn, the
+        oldest (lowest ``order``, from [`next_order`][xdscore.server.PushSlots.next_order]) first,
+        and the others in later turns. The caller queues its stream once until it is woken."""
         queue = self._to_wake
         if not queue and not self._waiting[1]:
             wake()

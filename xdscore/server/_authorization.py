@@ -1,14 +1,15 @@
 """Who may connect as which node: the peer's verified identity and the authorization hook.
 
-A transport that verified a client certificate passes its :class:`PeerIdentity` to the
-runtime, which shows it in :class:`~xdscore.StreamInfo` and status. An :data:`Authorizer`
-runs once per stream (and per unary fetch), when the first request names the node and
-before anything is sent: it returns ``None`` to allow the stream, or the reason it is
-denied, which ends the stream with PERMISSION_DENIED. :class:`SpiffeNodePolicy` is the
-built-in one: the node id, its cluster or a metadata value (one or several of them) must be
-what templates make of the certificate's SPIFFE ID. A :data:`ResourceAuthorizer` decides,
-within an allowed stream, resource by resource. An :data:`OperatorCheck`, such as
-:class:`SpiffeOperators`, says which identities may read every node's status over CSDS.
+A transport that verified a client certificate passes its
+[`PeerIdentity`][xdscore.server.PeerIdentity] to the runtime, which shows it in
+[`StreamInfo`][xdscore.server.StreamInfo] and status. An `Authorizer` runs once per stream (and per
+unary fetch), when the first request names the node and before anything is sent: it returns ``None``
+to allow the stream, or the reason it is denied, which ends the stream with PERMISSION_DENIED.
+[`SpiffeNodePolicy`][xdscore.server.SpiffeNodePolicy] is the built-in one: the node id, its cluster
+or a metadata value (one or several of them) must be what templates make of the certificate's SPIFFE
+ID. A `ResourceAuthorizer` decides, within an allowed stream, resource by resource. An
+`OperatorCheck`, such as [`SpiffeOperators`][xdscore.server.SpiffeOperators], says which identities
+may read every node's status over CSDS.
 """
 
 from __future__ import annotations

@@ -48,9 +48,9 @@ class ServerCallbacks:
     """Subclass and override what you need; every method is a no-op here.
 
     Callbacks run synchronously on the event loop, so keep them short. Raising a
-    :class:`~xdscore.RemoteProtocolError` from one ends that stream with its status (for
-    instance to refuse a node in :meth:`on_request`); any other exception is logged and the
-    stream carries on.
+    [`RemoteProtocolError`][xdscore.RemoteProtocolError] from one ends that stream with its status
+    (for instance to refuse a node in [`on_request`][xdscore.server.ServerCallbacks.on_request]);
+    any other exception is logged and the stream carries on.
     """
 
     def on_stream_open(self, stream: StreamInfo) -> None:

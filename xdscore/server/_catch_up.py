@@ -3,11 +3,11 @@
 Replicas that share a store (etcd, say) apply its revisions each at its own pace. A client
 that moves from a replica that has applied revision 8 to one still at revision 7 presents
 versions this replica cannot produce yet; answered at once, it would be told to delete
-what revision 8 added and to go back to revision 7's versions. A :class:`CatchUp` source
-lets the driver wait, bounded, until the replica holds what the store held when the client
+what revision 8 added and to go back to revision 7's versions. A [`CatchUp`][xdscore.server.CatchUp]
+source lets the driver wait, bounded, until the replica holds what the store held when the client
 arrived; only then is that first request answered.
 
-Which requests wait (:func:`presents_unknown`): the first request of a type on a stream
+Which requests wait (`presents_unknown`): the first request of a type on a stream
 that presents versions the view does not hold:
 
 * Delta: any ``initial_resource_versions`` entry whose name the view lacks or holds at

@@ -1,7 +1,8 @@
 """The client side's driver: a client machine run over a byte stream, as Envoy runs its own.
 
 The load generator runs it over grpcio streams, the tests over
-:func:`xdscore.testing.byte_stream_pair`, the CLI against live servers.
+[`xdscore.testing.byte_stream_pair`][xdscore.testing.byte_stream_pair], the CLI against live
+servers.
 """
 
 from __future__ import annotations
@@ -35,13 +36,15 @@ OnResponse = Callable[[Any, Any], None]
 class ClientDriver:
     """Runs a client machine over a byte stream, as Envoy runs its xDS client.
 
-    Call :meth:`watch` (SotW) or :meth:`subscribe` / :meth:`unsubscribe` (Delta) to say
-    what the client wants, and :meth:`run` to process responses until the stream ends.
-    With ``follow``, the client also subscribes by name to what its resources refer to,
-    as Envoy subscribes to a cluster's endpoints and a listener's routes, and gRPC to a
-    route's clusters; types it watches with a wildcard are left alone. ``on_response`` sees
-    each response after the machine applied it. ``decode`` replaces the codec's response
-    decoder (a load generator shares one decoded response between its clients).
+    Call [`watch`][xdscore.server.ClientDriver.watch] (SotW) or
+    [`subscribe`][xdscore.server.ClientDriver.subscribe] /
+    [`unsubscribe`][xdscore.server.ClientDriver.unsubscribe] (Delta) to say what the client wants,
+    and [`run`][xdscore.server.ClientDriver.run] to process responses until the stream ends. With
+    ``follow``, the client also subscribes by name to what its resources refer to, as Envoy
+    subscribes to a cluster's endpoints and a listener's routes, and gRPC to a route's clusters;
+    types it watches with a wildcard are left alone. ``on_response`` sees each response after the
+    machine applied it. ``decode`` replaces the codec's response decoder (a load generator shares
+    one decoded response between its clients).
     """
 
     def __init__(
@@ -92,7 +95,8 @@ class ClientDriver:
         await self.send(self.machine.unsubscribe(type_url, names))
 
     async def run(self) -> None:
-        """Apply responses until the server ends the stream; raises :class:`ProtocolError`."""
+        """Apply responses until the server ends the stream; raises
+        [`ProtocolError`][xdscore.ProtocolError]."""
         while True:
             data = await self._stream.receive()
             if data is None:

@@ -40,7 +40,7 @@ class ServerCodec(Generic[_Request, _Response]):
     its bytes) and the most names a list may hold."""
     encode: Callable[[_Response, str], tuple[bytes, ...]]
     """A response as the buffers its encoding is the concatenation of (shared bodies stay
-    shared: see :meth:`ByteStream.send_parts`)."""
+    shared: see [`ByteStream.send_parts`][xdscore.server.ByteStream.send_parts])."""
 
 
 def _encode_sotw(response: SotwResponse, control_plane: str) -> tuple[bytes, ...]:

@@ -105,8 +105,8 @@ class ClientStatus:
         """The encoded ``ClientStatusResponse`` to an encoded ``ClientStatusRequest`` from
         a client with ``identity``.
 
-        Raises :class:`~xdscore.RemoteProtocolError` (INVALID_ARGUMENT) for a request that
-        does not parse or asks with a matcher the server does not support, and
+        Raises [`RemoteProtocolError`][xdscore.RemoteProtocolError] (INVALID_ARGUMENT) for a request
+        that does not parse or asks with a matcher the server does not support, and
         RESOURCE_EXHAUSTED for one over the server's request size limit.
         """
         limit = self._server.limits.max_request_bytes

@@ -1,17 +1,17 @@
 """The stream driver: a pump between one byte stream and its session.
 
-A transport hands the runtime one gRPC stream as a :class:`~xdscore.server.ByteStream`.
+A transport hands the runtime one gRPC stream as a [`ByteStream`][xdscore.server.ByteStream].
 The driver reads each message, refuses one larger than the limit, decodes it, hands it to
-the stream's session (:mod:`._session`, where every rule lives) and writes what the session
+the stream's session (`._session`, where every rule lives) and writes what the session
 says is due, encoded; the observer reports what happened. Two tasks do it (see
-:mod:`._tasks`): one reads, one writes, so a peer that stops reading never stops the driver
+`._tasks`): one reads, one writes, so a peer that stops reading never stops the driver
 from reading, and a slow reader gets the latest state when it is ready, never a backlog.
 
 A request that makes a response due is answered by the task that read it, in the same
 loop turn, when the write task is idle, a push slot is free and the transport can write
-without waiting (:meth:`~xdscore.server.ByteStream.try_send_parts`); what it cannot write
+without waiting ([`try_send_parts`][xdscore.server.ByteStream.try_send_parts]); what it cannot write
 so is left to the write task, in order. Every other write goes through push slots
-(:class:`~xdscore.server.PushSlots`), held until a write would wait for the client.
+([`PushSlots`][xdscore.server.PushSlots]), held until a write would wait for the client.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ log = logging.getLogger("xdscore.server")
 
 LARGE_REQUEST = 1 << 20
 """Bytes over which a request is large: the objects its handling scattered may keep memory
-after the stream ends until a full collection (see :class:`Trimmer`)."""
+after the stream ends until a full collection (see `Trimmer`)."""
 
 _Request = TypeVar("_Request")
 _Response = TypeVar("_Response", bound=Response)
@@ -73,7 +73,8 @@ class ServerDriver(Generic[_Request, _Response]):
         self._settings = settings
         self._wake = Wakeup()
         self._wake_queued = False
-        """A cache change's wake-up waits its turn (see :meth:`PushSlots.wake`)."""
+        """A cache change's wake-up waits its turn (see
+        [`PushSlots.wake`][xdscore.server.PushSlots.wake])."""
         self._order = settings.slots.next_order()
         self._cancel_watch: Any = None
         self._parked = False
@@ -86,7 +87,8 @@ class ServerDriver(Generic[_Request, _Response]):
         """Whether a request over ``LARGE_REQUEST`` bytes arrived (refused or not)."""
 
     async def run(self) -> None:
-        """Serve until the client closes its side or goes away; raises :class:`ProtocolError`."""
+        """Serve until the client closes its side or goes away; raises
+        [`ProtocolError`][xdscore.ProtocolError]."""
         try:
             await run_pair(self._read, self._write)
         finally:
@@ -102,13 +104,13 @@ class ServerDriver(Generic[_Request, _Response]):
         self._wake.set()
 
     def finish(self, *, now: bool = False) -> None:
-        """End the stream cleanly between two writes (see :meth:`StreamSession.finish`)."""
+        """End the stream cleanly between two writes (see `StreamSession.finish`)."""
         self.session.finish(now=now)
         self._wake.set()
 
     @property
     def finishing(self) -> bool:
-        """Whether :meth:`finish` was called."""
+        """Whether [`finish`][xdscore.server.ServerDriver.finish] was called."""
         return self.session.finishing
 
     # -- reading -------------------------------------------------------------------------
@@ -168,7 +170,7 @@ class ServerDriver(Generic[_Request, _Response]):
         if facts and isinstance(facts[-1], Synced):  # (the last fact, when there is one)
             if settings.synced is not None:
                 settings.synced()
-            self._stream.settled()
+            self._stream.synced()
         if not (session.requested and self._answer_at_once()):
             self._wake.set()
 

@@ -1,6 +1,6 @@
 """What a stream session reports beside the machine's events: small immutable facts.
 
-The session (:mod:`._session`) returns them; the observer (:mod:`._observer`) turns them,
+The session (`._session`) returns them; the observer (`._observer`) turns them,
 with the machine's events, into metrics, logs and callbacks.
 """
 

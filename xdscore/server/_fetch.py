@@ -3,12 +3,12 @@
 Every per-type discovery service that defines a ``Fetch`` method (CDS, EDS, LDS, RDS, SRDS,
 SDS, RTDS, ECDS; VHDS and LEDS have none) is answered from the same cache view, with the
 same rules, as a State-of-the-World stream's first request: a fresh per-type
-:class:`~xdscore.protocol.SotwServer` applies the request (a node is required, the type is
+[`SotwServer`][xdscore.protocol.SotwServer] applies the request (a node is required, the type is
 the service's, the name limits, empty ``resource_names`` is the wildcard only for LDS, CDS
 and SRDS) and its first response is the answer, framed as the stream would frame it, with
 the selection's content version as ``version_info`` and a nonce of the server's scheme.
 
-Outcomes other than an answer, each a :class:`~xdscore.RemoteProtocolError`:
+Outcomes other than an answer, each a [`RemoteProtocolError`][xdscore.RemoteProtocolError]:
 
 * the cache serves this node nothing of the type (no view, or a view that is not
   authoritative for it): NOT_FOUND, since a unary call cannot wait as a stream does;
@@ -25,7 +25,7 @@ Outcomes other than an answer, each a :class:`~xdscore.RemoteProtocolError`:
 
 A fetch is not a stream: it is not in the registry the status pages and CSDS read, and
 ``on_stream_open``/``on_stream_close`` are not called; ``on_request`` (which may refuse it)
-and ``on_response`` are, with a :class:`~xdscore.StreamInfo` of its own.
+and ``on_response`` are, with a [`StreamInfo`][xdscore.server.StreamInfo] of its own.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ async def fetch(
 ) -> bytes:
     """The encoded ``DiscoveryResponse`` answering the encoded request ``data``.
 
-    Raises :class:`~xdscore.ProtocolError` with the status the call should end with (see
+    Raises [`ProtocolError`][xdscore.ProtocolError] with the status the call should end with (see
     the module docstring).
     """
     info = StreamInfo(

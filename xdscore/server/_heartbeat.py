@@ -4,9 +4,9 @@ A client that supports TTLs drops a resource whose TTL lapses without news of it
 a resource is unchanged the runtime sends heartbeats: every ``fraction`` of the shortest TTL
 the client holds (a third by default, so one lost or late heartbeat costs nothing). The
 machine says what the shortest TTL is and builds the heartbeat
-(:meth:`~xdscore.protocol.SotwServer.heartbeat`); this schedule only keeps the time, given
+([`heartbeat`][xdscore.protocol.SotwServer.heartbeat]); this schedule only keeps the time, given
 the runtime's clock readings, and the server-wide set of resources whose heartbeats were stopped
-(:meth:`~xdscore.XdsServer.stop_heartbeats`).
+([`stop_heartbeats`][xdscore.server.XdsServer.stop_heartbeats]).
 """
 
 from __future__ import annotations

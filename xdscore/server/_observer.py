@@ -1,8 +1,8 @@
 """Where a stream's facts become metrics, log lines and user callbacks: one per server.
 
-The session (:mod:`._session`) decides; this observer reports. It is the one place that
+The session (`._session`) decides; this observer reports. It is the one place that
 knows which fact counts in which metric, what is logged at which level, and which user
-callback hears of it; a callback that raises a :class:`~xdscore.ProtocolError` ends its
+callback hears of it; a callback that raises a [`ProtocolError`][xdscore.ProtocolError] ends its
 stream, any other exception is logged and the stream carries on.
 """
 
@@ -123,8 +123,8 @@ class Observer:
 
 
 def _overridden(callbacks: ServerCallbacks, name: str) -> Callable[..., None] | None:
-    """``callbacks``' method ``name``, or ``None`` where it is :class:`ServerCallbacks`'
-    own, which does nothing."""
+    """``callbacks``' method ``name``, or ``None`` where it is
+    [`ServerCallbacks`][xdscore.server.ServerCallbacks]' own, which does nothing."""
     method: Callable[..., None] = getattr(callbacks, name)
     if getattr(method, "__func__", None) is getattr(ServerCallbacks, name):
         return None

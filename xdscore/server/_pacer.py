@@ -1,6 +1,6 @@
 """Debounce in the runtime: a burst of cache writes reaches the streams as one push.
 
-Every cache write that changes a type is told to the :class:`Pacer` (through the cache's
+Every cache write that changes a type is told to the `Pacer` (through the cache's
 ``on_update``). Writes are grouped in bursts: a burst ends once no write came for the quiet
 window, or at the latest ``max_delay`` after it began; a stream woken by a write pushes when
 the burst ends, so twenty writes in a second become one push of the last state. High-churn

@@ -10,7 +10,7 @@ least ``min_closes_per_second``, are ended each second. At its turn the stream i
 between two responses (never in the middle of writing one), once its client has answered
 what it was sent, or after ``answer_grace`` seconds if it does not answer.
 
-The stream ends with gRPC status OK and the message :data:`REBALANCE_MESSAGE`. Envoy and
+The stream ends with gRPC status OK and the message `REBALANCE_MESSAGE`. Envoy and
 gRPC's xDS clients reconnect after such an end exactly as after UNAVAILABLE (Envoy after
 its jittered back-off, reset by the responses the stream carried: 0 to 500 ms by default;
 gRPC after its initial back-off of about 1 s, also reset because the stream saw a
@@ -133,7 +133,7 @@ class Recycler:
         return max(policy.min_closes_per_second, policy.close_fraction * self._open_streams())
 
     async def turn(self) -> None:
-        """Wait for this stream's turn to end; the caller must call :meth:`ended` after."""
+        """Wait for this stream's turn to end; the caller must call `ended` after."""
         self.waiting += 1
         try:
             async with self._queue:
@@ -165,7 +165,7 @@ class Recycler:
 
     async def run(self, driver: _Finishing, opened_at: float, stream: ByteStream) -> bool:
         """Run ``driver`` until its stream ends; end it at its turn once its deadline passed
-        (then say goodbye on ``stream``, see :func:`say_goodbye`).
+        (then say goodbye on ``stream``, see `say_goodbye`).
 
         Returns whether the stream was ended for its age. What ``driver.run()`` raises is
         raised as itself.
@@ -201,7 +201,7 @@ class Recycler:
 
 
 async def say_goodbye(stream: ByteStream) -> None:
-    """End ``stream`` with OK and :data:`REBALANCE_MESSAGE` (see ``ByteStream.end``); the
+    """End ``stream`` with OK and `REBALANCE_MESSAGE` (see ``ByteStream.end``); the
     peer having gone already is fine."""
     with contextlib.suppress(StreamClosed):
         await stream.end(REBALANCE_MESSAGE)

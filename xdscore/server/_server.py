@@ -1,10 +1,11 @@
 """The server runtime: a registry of the streams being served, each run by the driver.
 
-A transport calls :meth:`XdsServer.run_stream` with one gRPC stream as bytes; the server
-refuses it if it is closing or full, creates the stream's state machine, its session (the
-runtime's rules for the stream) and its :class:`StreamInfo`, and hands them to the
-:class:`~xdscore.server.ServerDriver`, which moves requests in and responses out until the
-stream ends. It keeps the registry that status pages, CSDS and the metrics read.
+A transport calls [`XdsServer.run_stream`][xdscore.server.XdsServer.run_stream] with one gRPC stream
+as bytes; the server refuses it if it is closing or full, creates the stream's state machine, its
+session (the runtime's rules for the stream) and its [`StreamInfo`][xdscore.server.StreamInfo], and
+hands them to the [`ServerDriver`][xdscore.server.ServerDriver], which moves requests in and
+responses out until the stream ends. It keeps the registry that status pages, CSDS and the metrics
+read.
 """
 
 from __future__ import annotations
@@ -62,8 +63,8 @@ log = logging.getLogger("xdscore.server")
 
 
 class ActiveStream:
-    """A stream being served: its :class:`StreamInfo`, state machine, sync records, the
-    stop that ends it, and its driver."""
+    """A stream being served: its [`StreamInfo`][xdscore.server.StreamInfo], state machine, sync
+    records, the stop that ends it, and its driver."""
 
     __slots__ = ("driver", "info", "machine", "records", "stop")
 
@@ -84,40 +85,42 @@ class ActiveStream:
 
 @mypyc_attr(allow_interpreted_subclasses=True)
 class XdsServer:
-    """Serves xDS streams from ``cache``; transports call :meth:`run_stream`.
+    """Serves xDS streams from ``cache``; transports call
+    [`run_stream`][xdscore.server.XdsServer.run_stream].
 
     ``control_plane_id`` is sent in every response's ``control_plane.identifier``.
     ``server_limits`` bounds what the server takes on as a whole (streams, new streams per
     second, initial syncs at once, pushes at once, the first request's deadline; see
-    :class:`~xdscore.server.ServerLimits`); a stream beyond them is refused with
+    [`ServerLimits`][xdscore.server.ServerLimits]); a stream beyond them is refused with
     RESOURCE_EXHAUSTED. ``pacing`` debounces cache writes (see
-    :class:`~xdscore.server.Pacing`: 100 ms quiet, 10 s at most, endpoints on their own
+    [`Pacing`][xdscore.server.Pacing]: 100 ms quiet, 10 s at most, endpoints on their own
     immediate path).
     ``ordered_ads`` applies make-before-break ordering on aggregated streams (see
-    :mod:`xdscore.protocol._ordering`); switch it off only to see what it prevents.
-    ``metrics`` records Prometheus metrics (``None``: a fresh :class:`Metrics` of its own;
-    ``False``: none at all). ``authorize`` decides, once the first request names the node
+    `xdscore.protocol._ordering`); switch it off only to see what it prevents.
+    ``metrics`` records Prometheus metrics (``None``: a fresh [`Metrics`][xdscore.server.Metrics] of
+    its own; ``False``: none at all). ``authorize`` decides, once the first request names the node
     and before anything is sent, whether the stream may go on (see
-    :class:`~xdscore.server.SpiffeNodePolicy`); a denial ends it with PERMISSION_DENIED.
+    [`SpiffeNodePolicy`][xdscore.server.SpiffeNodePolicy]); a denial ends it with PERMISSION_DENIED.
     ``replica_id`` starts every nonce this server sends, so that a nonce from one replica is
     never mistaken for another's by a client that moved (default: 8 random hex digits).
     ``catch_up`` is the source to wait for, up to ``catch_up_timeout`` seconds, before
     answering a first request that presents versions this replica does not hold (see
-    :mod:`xdscore.server._catch_up`); ``None``: answer at once.
+    `xdscore.server._catch_up`); ``None``: answer at once.
     ``rebalancing`` ends streams that reached a maximum age, a few a second, so that
-    proxies spread over replicas (see :class:`~xdscore.server.Rebalancing`; off by default).
+    proxies spread over replicas (see [`Rebalancing`][xdscore.server.Rebalancing]; off by default).
     ``assumed_features`` gives, by ``user_agent_name`` (a name or a prefix before a space),
     the client features taken as supported beyond what a node advertises (default
-    :data:`~xdscore.protocol.ASSUMED_FEATURES`: Envoy reads TTLs and wrapped SotW entries
-    without saying so; ``{}``: only what clients advertise).
+    [`ASSUMED_FEATURES`][xdscore.protocol.ASSUMED_FEATURES]: Envoy reads TTLs and wrapped SotW
+    entries without saying so; ``{}``: only what clients advertise).
     ``heartbeat_fraction``: while a client holds resources with a TTL, heartbeats go out
-    every this fraction of the shortest one (0: never; see :meth:`stop_heartbeats`).
-    ``authorize_resource`` decides, per stream and resource, what a client may have (see
-    :data:`~xdscore.server.ResourceAuthorizer`): a denied resource is withheld, and reported
-    in ``resource_errors`` to clients that read them.
-    ``operators`` says which client identities may read every node's status over CSDS (see
-    :class:`~xdscore.server.SpiffeOperators`); any other client with a certificate is told
-    about its own node only (see :mod:`xdscore.server._csds`).
+    every this fraction of the shortest one (0: never; see
+    [`stop_heartbeats`][xdscore.server.XdsServer.stop_heartbeats]). ``authorize_resource`` decides,
+    per stream and resource, what a client may have (see
+    [`ResourceAuthorizer`][xdscore.server.ResourceAuthorizer]): a denied resource is withheld, and
+    reported in ``resource_errors`` to clients that read them. ``operators`` says which client
+    identities may read every node's status over CSDS (see
+    [`SpiffeOperators`][xdscore.server.SpiffeOperators]); any other client with a certificate is
+    told about its own node only (see `xdscore.server._csds`).
     """
 
     def __init__(
@@ -254,7 +257,8 @@ class XdsServer:
 
     @property
     def closed(self) -> bool:
-        """Whether :meth:`close` was called: new streams and fetches are refused."""
+        """Whether [`close`][xdscore.server.XdsServer.close] was called: new streams and fetches are
+        refused."""
         return self._closed
 
     def close(self) -> None:
@@ -276,7 +280,7 @@ class XdsServer:
 
         ``type_url`` fixes the type on a per-type service (``None``: ADS); ``identity`` is
         the client certificate's, when the transport verified one. Raises
-        :class:`~xdscore.ProtocolError` with the status the stream should end with: the
+        [`ProtocolError`][xdscore.ProtocolError] with the status the stream should end with: the
         client broke the protocol, or the server refused the stream (UNAVAILABLE while
         closing, RESOURCE_EXHAUSTED when full).
         """
@@ -350,7 +354,7 @@ class XdsServer:
         the encoded ``DiscoveryResponse`` to the encoded ``DiscoveryRequest`` ``data``.
 
         Answered from the same view and with the same rules as a SotW stream's first
-        request (see :mod:`xdscore.server._fetch`). Raises :class:`~xdscore.ProtocolError`
+        request (see `xdscore.server._fetch`). Raises [`ProtocolError`][xdscore.ProtocolError]
         with the status the call should end with: NOT_FOUND when the cache serves this node
         nothing of the type, FAILED_PRECONDITION ("not modified") when ``version_info`` is
         the current version, PERMISSION_DENIED, INVALID_ARGUMENT, RESOURCE_EXHAUSTED, or

@@ -2,19 +2,19 @@
 
 Theory of operation
 -------------------
-The protocol machine (:class:`~xdscore.protocol.SotwServer` or
-:class:`~xdscore.protocol.DeltaServer`) says what the protocol allows. Around it, a stream
+The protocol machine ([`SotwServer`][xdscore.protocol.SotwServer] or
+[`DeltaServer`][xdscore.protocol.DeltaServer]) says what the protocol allows. Around it, a stream
 served by this runtime has rules of its own, and this session owns all of them:
 
 * **Identity.** The first request's node fixes the client's features (by what it advertises
   and, with ``assumed_features``, by its user agent), which the machine encodes for, and
   ``authorize_resource`` says per resource what the client may have. (Whether the node may
   be served at all is the driver's question to the ``authorize`` hook, on
-  :class:`Identified`, before anything is written.)
+  `Identified`, before anything is written.)
 * **Answering.** A request is answered at once, whatever is settling, unless all it did was
   answer heartbeats (which must not push a settling burst early). A cache change waits for
-  its burst to settle (:class:`~xdscore.server._pacer.Pacer`), the fast types on their own
-  window: :meth:`next_round` says what to do next.
+  its burst to settle (`Pacer`), the fast types on their own
+  window: `next_round` says what to do next.
 * **Heartbeats.** While the client holds resources with a TTL, heartbeats are due every
   ``heartbeat_fraction`` of the shortest one, except for the ``quiet`` ones.
 * **In flight and convergence.** Each type with a response the client has not answered is
@@ -26,8 +26,8 @@ served by this runtime has rules of its own, and this session owns all of them:
   client has answered everything in flight, or at once.
 
 The session never awaits, reads no clock and does no I/O: every method that needs the time
-is given it (``now``, monotonic seconds). It returns facts (:mod:`._facts`) for the
-:class:`~xdscore.server._observer.Observer` to turn into metrics, logs and callbacks.
+is given it (``now``, monotonic seconds). It returns facts (`._facts`) for the
+`Observer` to turn into metrics, logs and callbacks.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ class Round:
 
 @mypyc_attr(allow_interpreted_subclasses=True)
 class Next:
-    """What the write task does next (:meth:`StreamSession.next_round`): wait until
+    """What the write task does next (`StreamSession.next_round`): wait until
     ``until`` (a ``now`` time; ``None``: for a wake-up alone), or push ``only`` those types
     (``None``: all; ``()``: heartbeats alone), then go on at once if ``more``."""
 
@@ -150,9 +150,10 @@ class StreamSession(Generic[_Request, _Response]):
 
     def received(self, request: _Request, now: float) -> list[Fact | Event]:
         """Apply one decoded request; the facts it leaves, the machine's events among them
-        (:class:`Identified` first, on the first request; :class:`Synced` last, once).
+        (`Identified` first, on the first request; `Synced` last, once).
 
-        Raises :class:`~xdscore.RemoteProtocolError` for what the protocol forbids."""
+        Raises [`RemoteProtocolError`][xdscore.RemoteProtocolError] for what the protocol
+        forbids."""
         events = self.machine.receive(request)
         facts: list[Fact | Event] = []
         for event in events:
@@ -222,7 +223,7 @@ class StreamSession(Generic[_Request, _Response]):
             self._changed_at = now
 
     def next_round(self, pacer: Pacer | None, now: float) -> Next:
-        """What the write task does next, woken at ``now`` (see :class:`Next`): a request is
+        """What the write task does next, woken at ``now`` (see `Next`): a request is
         answered at once; a cache change once its burst settled, the fast types on their
         own; heartbeats on time, whatever is settling."""
         if pacer is not None and not self.requested:
@@ -332,7 +333,7 @@ class StreamSession(Generic[_Request, _Response]):
 
     @property
     def finished(self) -> bool:
-        """Whether the stream is to end now (see :meth:`finish`)."""
+        """Whether the stream is to end now (see `finish`)."""
         return self.finishing and (self._finish_now or not self._in_flight)
 
     # -- helpers --------------------------------------------------------------------------

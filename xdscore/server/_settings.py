@@ -19,7 +19,7 @@ __all__ = ["StreamSettings"]
 @attrs.frozen(kw_only=True)
 class StreamSettings:
     """The server's settings and services as its streams' drivers use them (the server
-    builds one; see :class:`~xdscore.XdsServer` for what each means)."""
+    builds one; see [`XdsServer`][xdscore.server.XdsServer] for what each means)."""
 
     cache: Cache
     observer: Observer

@@ -1,12 +1,12 @@
 """Per-proxy sync status: what each stream was sent, what it acknowledged, where it stands.
 
-The driver keeps one small mutable :class:`TypeRecord` per type of each stream and
-updates it in O(1) when it writes a response and when the client answers one; nothing in
-it grows with the number of pushes. Reading status (:func:`stream_status`) combines those
+The session keeps one small mutable `TypeRecord` per type of each stream and
+updates it in O(1) when a response is written and when the client answers one; nothing in
+it grows with the number of pushes. Reading status (`stream_status`) combines those
 records with the machine's own per-type state and the cache's current view into immutable
-:class:`StreamStatus` values, in the words ``istioctl proxy-status`` uses: SYNCED (the
-client acknowledged what the cache holds for it now), STALE (a response awaits its answer,
-or the cache moved on and nothing newer was sent yet), NACKED, NOT SENT, and IGNORED (the
+[`StreamStatus`][xdscore.server.StreamStatus] values, in the words ``istioctl proxy-status`` uses:
+SYNCED (the client acknowledged what the cache holds for it now), STALE (a response awaits its
+answer, or the cache moved on and nothing newer was sent yet), NACKED, NOT SENT, and IGNORED (the
 server has nothing of that type for this client). Reading never awaits and changes nothing.
 """
 
@@ -131,7 +131,7 @@ class StreamStatus:
     """Wall-clock time the stream opened."""
     types: tuple[TypeStatus, ...]
     scope: str | None = None
-    """The scope the cache put the proxy in (a :class:`~xdscore.cache.ScopedCache`), if any."""
+    """The scope the cache put the proxy in (a [`ScopedCache`][xdscore.ScopedCache]), if any."""
 
     @property
     def synced(self) -> bool:

@@ -1,9 +1,10 @@
 """What the runtime needs of one gRPC stream: the contract a transport implements.
 
-A transport hands the runtime each stream as a :class:`ByteStream`. Two methods are the
-whole of it (:meth:`~ByteStream.receive`, :meth:`~ByteStream.send`); the others have
-defaults that a transport overrides where it can do better, and the runtime calls every one
-of them on every stream (it never probes a stream for what it offers).
+A transport hands the runtime each stream as a [`ByteStream`][xdscore.server.ByteStream]. Two
+methods are the whole of it ([`receive`][xdscore.server.ByteStream.receive],
+[`send`][xdscore.server.ByteStream.send]); the others have defaults that a transport overrides where
+it can do better, and the runtime calls every one of them on every stream (it never probes a stream
+for what it offers).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ class ByteStream(Protocol):
     """One gRPC stream as message bytes each way. Subclass it to inherit the defaults.
 
     A peer that went away (it reset the stream or dropped the connection) is
-    :class:`~xdscore.StreamClosed`, raised by any method that needs the peer.
+    [`StreamClosed`][xdscore.server.StreamClosed], raised by any method that needs the peer.
     """
 
     __slots__ = ()
@@ -55,7 +56,7 @@ class ByteStream(Protocol):
         the handler when its peer goes away needs nothing more)."""
         await asyncio.get_running_loop().create_future()
 
-    def settled(self) -> None:
+    def synced(self) -> None:
         """The stream finished its initial sync (called once): a transport may stop
         treating its reads as a new stream's. By default, nothing."""
         return

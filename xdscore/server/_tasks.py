@@ -42,9 +42,9 @@ async def run_pair(
     end. The reader ending (the peer closed its side) leaves the writer going.
 
     The writer runs in the calling task and the reader in a task of its own, which is always
-    finished when this returns. Of the errors, a :class:`ProtocolError` is raised first,
-    then any other exception but :class:`StreamClosed`; a cancellation from outside ends
-    both loops and goes on."""
+    finished when this returns. Of the errors, a [`ProtocolError`][xdscore.ProtocolError] is raised
+    first, then any other exception but [`StreamClosed`][xdscore.server.StreamClosed]; a
+    cancellation from outside ends both loops and goes on."""
     task = asyncio.current_task()
     assert task is not None
     reading = task.get_loop().create_task(_forgetting(reader()))
@@ -150,8 +150,8 @@ def forget_frames(error: BaseException) -> None:
 
 
 class Deadline:
-    """Cancels the current task ``seconds`` from now unless :meth:`clear` comes first;
-    :meth:`passed` tells, of a cancellation caught, whether it was this one's (and then
+    """Cancels the current task ``seconds`` from now unless `clear` comes first;
+    `passed` tells, of a cancellation caught, whether it was this one's (and then
     takes it back). Cleared, it lets go of the task (an error raised past the frame that
     holds the deadline keeps that frame: not the task too)."""
 
@@ -176,8 +176,8 @@ class Deadline:
 
 
 class StreamStop:
-    """Ends the task serving a stream from outside (the server closing): :meth:`cancel`
-    cancels it once, while :meth:`running`; :meth:`caught` tells, of a cancellation
+    """Ends the task serving a stream from outside (the server closing): `cancel`
+    cancels it once, while `running`; `caught` tells, of a cancellation
     caught, whether it was only this one (and then takes it back)."""
 
     def __init__(self) -> None:
@@ -193,7 +193,7 @@ class StreamStop:
             self._task.cancel()
 
     def done(self) -> None:
-        """The stream has ended: a later :meth:`cancel` does nothing."""
+        """The stream has ended: a later `cancel` does nothing."""
         self._running = False
 
     def caught(self) -> bool:

@@ -4,7 +4,7 @@ A stream that ends frees what it held, but the C allocator keeps freed memory fo
 and returns the top of its heap only: a few live objects allocated after a large request
 (a 10 MB node, a list of 100,000 names) keep the memory freed below them in the process,
 and a server's RSS stays at its peak after the streams that caused it have closed. Where
-the C library is glibc, :class:`Trimmer` asks it (``malloc_trim``) to return every free page,
+the C library is glibc, `Trimmer` asks it (``malloc_trim``) to return every free page,
 a few seconds after streams end (once for a burst of ends): about 2 ms with 600 MB live on
 the benchmark machine. Elsewhere it does nothing.
 
@@ -40,25 +40,20 @@ def _malloc_trim() -> Callable[[int], int] | None:
 
 
 class Trimmer:
-    """Returns freed memory to the system ``delay`` seconds after :meth:`stream_ended`."""
+    """Returns freed memory to the system ``delay`` seconds after `stream_ended`."""
 
     def __init__(self, delay: float = TRIM_DELAY) -> None:
         self.delay = delay
         self.trims = 0
+        """How many times freed memory was given back."""
         self._trim = _malloc_trim()
         self._pending: asyncio.TimerHandle | None = None
         self._collect = False
 
-    @property
-    def available(self) -> bool:
-        return self._trim is not None
-
     def stream_ended(self, *, collect: bool = False) -> None:
         """A stream ended; ``collect``: it received a large request (see the module)."""
-        if self._trim is None:
-            return
         self._collect = self._collect or collect
-        if self._pending is not None:
+        if self._pending is not None or (self._trim is None and not self._collect):
             return
         self._pending = asyncio.get_running_loop().call_later(self.delay, self._run)
 

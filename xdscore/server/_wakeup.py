@@ -9,9 +9,9 @@ __all__ = ["Wakeup"]
 
 
 class Wakeup:
-    """Raised by :meth:`set` (from any code on the event loop), consumed by :meth:`wait`.
+    """Raised by `set` (from any code on the event loop), consumed by `wait`.
 
-    Any number of :meth:`set` calls between two waits collapse into one wake-up. A wait is
+    Any number of `set` calls between two waits collapse into one wake-up. A wait is
     one future (every stream waits on one after each round, and an anyio event costs
     several times that); it is cancelled as any other await is.
     """

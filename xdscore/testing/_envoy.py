@@ -269,7 +269,8 @@ class Envoy:
         interval: float = 0.1,
         what: str = "condition",
     ) -> None:
-        """Poll ``condition`` (sync or async) until it is true; raise :class:`EnvoyError`."""
+        """Poll ``condition`` (sync or async) until it is true; raise
+        [`EnvoyError`][xdscore.testing.EnvoyError]."""
         with anyio.move_on_after(timeout):
             while True:
                 if self._process is not None and self._process.returncode is not None:

@@ -2,9 +2,10 @@
 
 Each direction is an anyio memory object stream with a bounded buffer (``buffer`` messages;
 0 means a send waits until the other side receives, like a peer that stops reading). A side
-that calls :meth:`MemoryByteStream.close` half-closes: the other side's ``receive`` then
-returns ``None``. A side that calls :meth:`MemoryByteStream.reset` goes away: the other
-side's ``receive`` and ``send`` raise :class:`~xdscore.StreamClosed`, as a transport's do
+that calls [`MemoryByteStream.close`][xdscore.testing.MemoryByteStream.close] half-closes: the other
+side's ``receive`` then returns ``None``. A side that calls
+[`MemoryByteStream.reset`][xdscore.testing.MemoryByteStream.reset] goes away: the other side's
+``receive`` and ``send`` raise [`StreamClosed`][xdscore.server.StreamClosed], as a transport's do
 when a client resets its stream or drops its connection.
 """
 
@@ -27,7 +28,8 @@ class _Link:
 
 
 class MemoryByteStream(ByteStream):
-    """One end of an in-memory stream; see :func:`byte_stream_pair`."""
+    """One end of an in-memory stream; see
+    [`byte_stream_pair`][xdscore.testing.byte_stream_pair]."""
 
     def __init__(
         self,

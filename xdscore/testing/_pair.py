@@ -3,7 +3,7 @@
 The network is one gRPC stream: two FIFO queues, one per direction. Nothing within one
 direction is reordered (gRPC never does), but the two directions are independent, so a
 test decides when each message arrives and requests and responses cross exactly as they
-can on a real connection. :meth:`disconnect` drops what is in flight and starts a new
+can on a real connection. `disconnect` drops what is in flight and starts a new
 stream: a fresh server machine, and the client's reconnect requests. Every message goes
 through the real codec (encoded, then decoded) unless ``wire=False``.
 
@@ -11,7 +11,7 @@ Like h11's ``ConnectionPair``, the pair checks that what arrives is what was sen
 request as it comes off the wire equals (as a record) the one the client machine produced,
 and each response carries exactly the type URL, version, nonce, resources (type URL, name,
 version and body bytes, in order) and removals the server machine produced. A mismatch
-raises :class:`AssertionError` saying which field differs. The check is made as each
+raises `AssertionError` saying which field differs. The check is made as each
 message comes off the wire, before it is queued for delivery, so it also holds for a test
 that takes messages from ``requests`` or ``responses`` itself.
 
@@ -57,7 +57,8 @@ _Response = TypeVar("_Response", DiscoveryResponse, DeltaDiscoveryResponse)
 
 
 class _Pair(Generic[_Client, _Server, _Request, _Response]):
-    """The shared mechanics of :class:`SotwPair` and :class:`DeltaPair`."""
+    """The shared mechanics of [`SotwPair`][xdscore.testing.SotwPair] and
+    [`DeltaPair`][xdscore.testing.DeltaPair]."""
 
     client: _Client
     server: _Server
@@ -116,7 +117,7 @@ class _Pair(Generic[_Client, _Server, _Request, _Response]):
         return arrived
 
     def send(self, request: _Request) -> None:
-        """Put a client request on the wire (it arrives at :meth:`deliver_request`)."""
+        """Put a client request on the wire (it arrives at `deliver_request`)."""
         arrived = self._through_wire(request) if self._wire else request
         _same(type(self).__name__, "request", _fields(request), _fields(arrived))
         self.requests.append(arrived)
@@ -253,7 +254,7 @@ def _content(resource: Resource) -> tuple[str, str, str, bytes]:
 
 
 def _same(pair: str, what: str, sent: dict[str, Any], arrived: dict[str, Any]) -> None:
-    """Raise :class:`AssertionError` naming every field in which ``arrived`` differs."""
+    """Raise `AssertionError` naming every field in which ``arrived`` differs."""
     if sent == arrived:
         return
     differences = [

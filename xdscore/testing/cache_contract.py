@@ -1,6 +1,6 @@
-"""A stateful contract any :class:`~xdscore.cache.Cache` implementation can run against itself.
+"""A stateful contract any [`Cache`][xdscore.Cache] implementation can run against itself.
 
-:func:`cache_contract` builds a hypothesis ``RuleBasedStateMachine`` (returned as a
+`cache_contract` builds a hypothesis ``RuleBasedStateMachine`` (returned as a
 ``unittest.TestCase`` class, which pytest collects) that writes to a fresh cache in random
 ways, takes views, reads them, watches and cancels, and checks after every step that:
 
@@ -18,7 +18,7 @@ ways, takes views, reads them, watches and cancels, and checks after every step 
 * a raising callback neither stops the other callbacks nor the write.
 
 The cache under test is described by *write operations*: each names itself, draws its
-arguments from a strategy, writes them to the cache, and tells an :class:`Expected` what
+arguments from a strategy, writes them to the cache, and tells an `Expected` what
 every group of nodes should now see. Example::
 
     def set_snapshot(cache: SnapshotCache, args: tuple[str, Snapshot], expected: Expected):

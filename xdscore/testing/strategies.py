@@ -1,14 +1,15 @@
 """Hypothesis strategies for xDS: type URLs, names, consistent configurations, their changes
 and client actions.
 
-Configurations are modelled by :class:`EnvoyConfig`, a small immutable description of a
+Configurations are modelled by `EnvoyConfig`, a small immutable description of a
 consistent Envoy setup (every EDS cluster has a ClusterLoadAssignment, every listener's route
 configuration exists, every route names an existing cluster), built into real resources with
-:mod:`xdscore.builders`. :class:`ConfigChange` edits one resource and keeps the configuration
-consistent. Any resource can be *marked*: its content then carries :data:`NACK_MARKER`, and
-:func:`reject_marked` is a client ``validate`` hook that NACKs responses containing one.
+[`xdscore.builders`][xdscore.builders]. `ConfigChange` edits one resource and keeps the
+configuration consistent. Any resource can be *marked*: its content then carries `NACK_MARKER`, and
+`reject_marked` is a client ``validate`` hook that NACKs responses containing one.
 
-This module needs ``hypothesis`` (the ``test`` extra); :mod:`xdscore.testing` does not import it.
+This module needs ``hypothesis`` (the ``test`` extra); [`xdscore.testing`][xdscore.testing] does not
+import it.
 """
 
 from __future__ import annotations
@@ -74,10 +75,10 @@ THING = TYPE_URL_PREFIX + "xdscore.testing.v1.Thing"
 field 1, as every xDS resource does."""
 
 CONFIG_TYPES: tuple[str, ...] = (CLUSTER, ENDPOINT, LISTENER, ROUTE, THING)
-"""The types an :class:`EnvoyConfig` is authoritative for, in make-before-break order."""
+"""The types an `EnvoyConfig` is authoritative for, in make-before-break order."""
 
 NACK_MARKER = "xdscore-nack-me"
-"""A string that :func:`reject_marked` refuses to find in a resource's content."""
+"""A string that `reject_marked` refuses to find in a resource's content."""
 
 _MARKER_BYTES = NACK_MARKER.encode()
 
@@ -157,7 +158,7 @@ def error_details() -> st.SearchStrategy[ErrorDetail]:
 
 @attrs.frozen
 class ClusterSpec:
-    """An EDS cluster; its endpoints are the ClusterLoadAssignment named :attr:`eds_name`."""
+    """An EDS cluster; its endpoints are the ClusterLoadAssignment named `eds_name`."""
 
     service_name: str = ""
     timeout: int = 1
@@ -184,7 +185,7 @@ class RouteSpec:
 
 @attrs.frozen
 class ThingSpec:
-    """A resource of the unregistered type :data:`THING`."""
+    """A resource of the unregistered type `THING`."""
 
     variant: int = 0
 
@@ -201,8 +202,8 @@ class ListenerSpec:
 class EnvoyConfig:
     """A consistent Envoy configuration, by type and name (see the module docstring).
 
-    Build one with :func:`configs`; edit it with :class:`ConfigChange`. :meth:`resources`
-    and :meth:`snapshot` build the real resources, memoised per (type, name, content).
+    Build one with `configs`; edit it with `ConfigChange`. `resources`
+    and `snapshot` build the real resources, memoised per (type, name, content).
     """
 
     clusters: Mapping[str, ClusterSpec] = attrs.field(factory=dict)
@@ -210,9 +211,9 @@ class EnvoyConfig:
     routes: Mapping[str, RouteSpec] = attrs.field(factory=dict)
     listeners: Mapping[str, ListenerSpec] = attrs.field(factory=dict)
     things: Mapping[str, ThingSpec] = attrs.field(factory=dict)
-    """Resources of the unregistered type :data:`THING`."""
+    """Resources of the unregistered type `THING`."""
     marked: frozenset[tuple[str, str]] = frozenset()
-    """(type URL, name) of the resources whose content carries :data:`NACK_MARKER`."""
+    """(type URL, name) of the resources whose content carries `NACK_MARKER`."""
 
     def names(self, type_url: str) -> list[str]:
         """The names of every resource of ``type_url``, sorted."""
@@ -229,7 +230,7 @@ class EnvoyConfig:
         return tables[type_url]
 
     def resources(self) -> dict[str, dict[str, Resource]]:
-        """Every resource, by type URL (all of :data:`CONFIG_TYPES`) and name."""
+        """Every resource, by type URL (all of `CONFIG_TYPES`) and name."""
         out: dict[str, dict[str, Resource]] = {}
         for type_url in CONFIG_TYPES:
             table = self._table(type_url)
@@ -240,7 +241,7 @@ class EnvoyConfig:
         return out
 
     def snapshot(self) -> Snapshot:
-        """The configuration as a :class:`~xdscore.Snapshot` declaring every config type."""
+        """The configuration as a [`Snapshot`][xdscore.Snapshot] declaring every config type."""
         everything = self.resources()
         return Snapshot(
             [resource for names in everything.values() for resource in names.values()],
@@ -295,8 +296,8 @@ def reject_marked(type_url: str, resources: Sequence[Resource]) -> str | None:
 
 @attrs.frozen(kw_only=True)
 class ConfigChange:
-    """One edit of an :class:`EnvoyConfig`: ``put`` (add or update), ``delete``, or
-    ``mark``/``unmark``. :meth:`apply` keeps the configuration consistent: deleting a
+    """One edit of an `EnvoyConfig`: ``put`` (add or update), ``delete``, or
+    ``mark``/``unmark``. `apply` keeps the configuration consistent: deleting a
     cluster drops the routes to it, deleting a route configuration drops its listeners."""
 
     op: str
@@ -428,7 +429,7 @@ def configs(
 def snapshots(
     names: Sequence[str] | None = None, *, max_size: int = 4
 ) -> st.SearchStrategy[Snapshot]:
-    """Snapshots of consistent Envoy configurations (see :func:`configs`)."""
+    """Snapshots of consistent Envoy configurations (see `configs`)."""
     return configs(names, max_size=max_size).map(EnvoyConfig.snapshot)
 
 
@@ -507,7 +508,7 @@ def snapshot_changes(
     type_urls: Iterable[str] = (CLUSTER, ENDPOINT, LISTENER, ROUTE),
 ) -> Snapshot:
     """``snapshot`` with resources added, updated or deleted (consistency is not kept: use
-    :func:`config_changes` for that). The declared types stay declared."""
+    `config_changes` for that). The declared types stay declared."""
     kinds = list(type_urls)
     by_type = {t: dict(snapshot.resources(t) or {}) for t in snapshot.type_urls}
     for _ in range(draw(st.integers(1, 3))):

@@ -1,11 +1,13 @@
 """Transports: thin adapters between the outside world and the server runtime.
 
-:class:`Http2Transport` (xdscore's own HTTP/2 server, :mod:`xdscore.transport.h2`) and
-:class:`GrpclibTransport` (grpclib's, :mod:`xdscore.transport.grpclib`) serve xDS and CSDS
-over gRPC (TLS with :func:`server_ssl_context`, reloaded on change by
-:class:`CertificateFiles`); :class:`AdminApp` is the admin HTTP endpoint as an ASGI app,
-which :func:`serve_admin` serves with uvicorn. Names are imported on first use, so that
-``Http2Transport`` loads neither grpclib nor h2.
+[`Http2Transport`][xdscore.transport.Http2Transport] (xdscore's own HTTP/2 server,
+`xdscore.transport.h2`) and [`GrpclibTransport`][xdscore.transport.GrpclibTransport] (grpclib's,
+`xdscore.transport.grpclib`) serve xDS and CSDS over gRPC (TLS with
+[`server_ssl_context`][xdscore.transport.server_ssl_context], reloaded on change by
+[`CertificateFiles`][xdscore.transport.CertificateFiles]); [`AdminApp`][xdscore.transport.AdminApp]
+is the admin HTTP endpoint as an ASGI app, which [`serve_admin`][xdscore.transport.serve_admin]
+serves with uvicorn. Names are imported on first use, so that ``Http2Transport`` loads neither
+grpclib nor h2.
 """
 
 from __future__ import annotations

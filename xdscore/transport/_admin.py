@@ -1,8 +1,8 @@
 """The admin HTTP endpoint: metrics, status, config dumps and probes, as an ASGI app.
 
-:class:`AdminApp` is a plain ASGI application, so an embedder can mount it in the ASGI
-server it already runs; :func:`serve_admin` serves it with uvicorn on a port of its own.
-Every route is a GET:
+[`AdminApp`][xdscore.transport.AdminApp] is a plain ASGI application, so an embedder can mount it in
+the ASGI server it already runs; [`serve_admin`][xdscore.transport.serve_admin] serves it with
+uvicorn on a port of its own. Every route is a GET:
 
 * ``/metrics``: the server's Prometheus metrics (``prometheus-client``'s exposition);
 * ``/status``: JSON, every connected proxy and each type's sync state and versions;

@@ -13,7 +13,7 @@ Three kinds of frame cost the server work and give a client nothing it needs at 
 
 Each kind has a token bucket (a sustained rate, and a burst that can arrive at once). A
 frame arriving with the bucket empty cuts the connection: GOAWAY with ENHANCE_YOUR_CALM,
-every stream on the connection ended, one WARNING naming the peer (:func:`log_cut`), and
+every stream on the connection ended, one WARNING naming the peer (`log_cut`), and
 one count in ``xdscore_connections_cut_total{reason}``. Counting costs a clock read and a
 few float operations per counted frame (the runtime's token bucket,
 ``xdscore.server._admission.TokenBucket``); other frames cost nothing.
@@ -45,7 +45,8 @@ class ConnectionLimits:
     """
 
     resets_per_second: float = 200.0
-    """Sustained rate of rapid resets (see :attr:`reset_age`) once the burst is used up."""
+    """Sustained rate of rapid resets (see
+    [`reset_age`][xdscore.transport.ConnectionLimits.reset_age]) once the burst is used up."""
     resets_burst: int = 400
     """Rapid resets accepted at once."""
     reset_age: float = 1.0

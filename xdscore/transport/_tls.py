@@ -1,14 +1,14 @@
 """TLS for the xDS port: a server context with safe defaults, reloaded when its files change.
 
-:func:`server_ssl_context` builds the ``ssl.SSLContext`` a transport listens with: TLS 1.2
-at least, ALPN ``h2`` (gRPC runs on HTTP/2), and, given a client CA, mutual TLS required.
-:class:`CertificateFiles` keeps such a context in step with its certificate and key files:
-when they change, the new pair is loaded into the same context, so new connections get the
-new certificate while established streams go on; a pair that does not load is refused
-(logged) and the old one stays. A changed client CA bundle is added to the trusted set:
-removing a CA from the trusted set needs a restart.
+[`server_ssl_context`][xdscore.transport.server_ssl_context] builds the ``ssl.SSLContext`` a
+transport listens with: TLS 1.2 at least, ALPN ``h2`` (gRPC runs on HTTP/2), and, given a client CA,
+mutual TLS required. [`CertificateFiles`][xdscore.transport.CertificateFiles] keeps such a context
+in step with its certificate and key files: when they change, the new pair is loaded into the same
+context, so new connections get the new certificate while established streams go on; a pair that
+does not load is refused (logged) and the old one stays. A changed client CA bundle is added to the
+trusted set: removing a CA from the trusted set needs a restart.
 
-:func:`peer_identity` reads the verified identity of a TLS peer from its certificate.
+`peer_identity` reads the verified identity of a TLS peer from its certificate.
 """
 
 from __future__ import annotations
@@ -73,7 +73,8 @@ def server_ssl_context(
 
 
 class CertificateFiles:
-    """A server context kept in step with its files; :meth:`watch` reloads on change."""
+    """A server context kept in step with its files;
+    [`watch`][xdscore.transport.CertificateFiles.watch] reloads on change."""
 
     def __init__(
         self, cert_file: str | Path, key_file: str | Path, *, client_ca: str | Path | None = None
@@ -87,7 +88,8 @@ class CertificateFiles:
         """How many times new files were loaded."""
 
     def reload(self) -> bool:
-        """Load the files again into :attr:`context`; False (and logged) if they do not load."""
+        """Load the files again into [`context`][xdscore.transport.CertificateFiles.context]; False
+        (and logged) if they do not load."""
         try:
             server_ssl_context(self.cert_file, self.key_file, client_ca=self.client_ca)
             self.context.load_cert_chain(self.cert_file, self.key_file)

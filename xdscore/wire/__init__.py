@@ -1,8 +1,9 @@
 """The wire layer: type URLs, decoded records, resources and the envelope codec.
 
 Everything that knows protobuf lives here. A transport of your own needs the codec
-(:func:`decode_request`, :func:`encode_sotw_response`, ...); a client needs its twin
-(:func:`encode_request`, :func:`decode_response`, ...).
+([`decode_request`][xdscore.wire.decode_request], `encode_sotw_response`, ...); a client needs its
+twin ([`encode_request`][xdscore.wire.encode_request],
+[`decode_response`][xdscore.wire.decode_response], ...).
 """
 
 from ._client_codec import (

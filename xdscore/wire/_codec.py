@@ -1,7 +1,7 @@
 """The server side of the xDS envelope codec, on the protobuf runtime (``xds-protos``).
 
 Requests are decoded into the library's own records; responses are framed from bytes that
-were encoded once (see :mod:`xdscore.wire._framing`), so building a response for one more
+were encoded once (see `xdscore.wire._framing`), so building a response for one more
 stream costs a few small concatenations. This is the only protobuf user on the
 per-request path.
 """
@@ -91,7 +91,7 @@ def _node(raw: bytes, known: Node | None, what: str) -> Node:
 
 
 def _cut(data: bytes, node_field: int, nonce_field: int) -> tuple[bytes, bytes | None, str] | None:
-    """A request's bytes less its node and its nonce (where :func:`leading_field` finds
+    """A request's bytes less its node and its nonce (where `leading_field` finds
     them), the node's bytes and the nonce; ``None`` for a nonce that is not UTF-8."""
     node: bytes | None = None
     span = leading_field(data, node_field)
@@ -123,7 +123,7 @@ class _Decoder(Generic[_Request, _Record]):
     same clusters, then the same endpoints, and ACKs each version with those same names).
 
     A request is remembered without its node and nonce, by its bytes less those two, in
-    ``memo`` (see :mod:`xdscore._memos`)."""
+    ``memo`` (see `xdscore._memos`)."""
 
     def __init__(
         self,
@@ -148,7 +148,7 @@ class _Decoder(Generic[_Request, _Record]):
         )
 
     def decode(self, data: bytes, known: Node | None, max_names: int) -> _Record:
-        """The request ``data`` (``known``: the stream's node, see :func:`_read`); a list of
+        """The request ``data`` (``known``: the stream's node, see `_read`); a list of
         more than ``max_names`` names (0: any number) is refused before anything is built
         of it."""
         if max_names and len(data) > 2 * max_names:  # (a name takes two bytes at least)
@@ -367,7 +367,7 @@ def _joined(parts: Callable[_P, tuple[bytes, ...]], what: str) -> Callable[_P, b
     def encode(*args: _P.args, **kwargs: _P.kwargs) -> bytes:
         return b"".join(parts(*args, **kwargs))
 
-    encode.__doc__ = f"{what}, as one buffer (see :func:`{parts.__name__}`)."
+    encode.__doc__ = f"{what}, as one buffer (see `{parts.__name__}`)."
     return encode
 
 

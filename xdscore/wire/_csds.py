@@ -1,11 +1,11 @@
 """The Client Status Discovery Service messages: requests decoded, responses encoded.
 
 CSDS (``envoy.service.status.v3``) lets standard tools ask a control plane what each of its
-clients holds. This module turns a ``ClientStatusRequest`` into a :class:`StatusQuery` (the
+clients holds. This module turns a ``ClientStatusRequest`` into a `StatusQuery` (the
 node matchers the server supports: the node id compared exactly, by prefix, by suffix or by
 substring, optionally ignoring case) and builds a ``ClientStatusResponse`` from plain
-records, one :class:`ClientReport` per client. Both directions are also here for clients
-(:func:`encode_status_query`, :func:`decode_status_response`), which the CLI uses.
+records, one `ClientReport` per client. Both directions are also here for clients
+(`encode_status_query`, `decode_status_response`), which the CLI uses.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ def register_descriptor_set(source: str | Path | bytes) -> list[str]:
 
     Imports the set does not hold (a set built without ``--include_imports``) must already
     be known: Envoy's, xDS's, ``validate`` and the well-known types are, once
-    :func:`~xdscore.wire._messages.import_all_protos` has run (this function runs it).
+    `import_all_protos` has run (this function runs it).
     """
     from ._messages import import_all_protos
 
@@ -105,7 +105,7 @@ def _known_file(pool: descriptor_pool.DescriptorPool, name: str) -> bool:
 
 def _register(descriptor: Descriptor) -> list[str]:
     """Make the message class of ``descriptor`` (and its nested types) and register it where
-    :func:`~xdscore.wire._messages.message_class` looks."""
+    `message_class` looks."""
     database = symbol_database.Default()
     names = [descriptor.full_name]
     cls = message_factory.GetMessageClass(descriptor)

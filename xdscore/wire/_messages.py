@@ -1,4 +1,5 @@
-"""Turning user-supplied resources (protobuf, betterproto2 or bytes) into :class:`Resource`.
+"""Turning user-supplied resources (protobuf, betterproto2 or bytes) into
+[`Resource`][xdscore.wire.Resource].
 
 Everything here runs once per resource version when a snapshot is built, never per stream.
 betterproto2 messages (``envoy-data-plane``, the ``xdscore[betterproto]`` extra) are
@@ -133,7 +134,7 @@ def redacted(resource: Resource) -> Resource:
 
 def holds_private_parts(resource: Resource) -> bool:
     """Whether ``resource`` is a secret with private parts: a private key, a password, a
-    shared secret (what :func:`resource_json` redacts)."""
+    shared secret (what `resource_json` redacts)."""
     if resource.type_url != SECRET:
         return False
     import_all_protos()
@@ -196,13 +197,14 @@ def make_resource(
     aliases: tuple[str, ...] = (),
     ttl: float | None = None,
 ) -> Resource:
-    """Build a :class:`Resource` from a protobuf message, a betterproto2 message or bytes.
+    """Build a [`Resource`][xdscore.wire.Resource] from a protobuf message, a betterproto2 message
+    or bytes.
 
     ``type_url`` is required for bytes; ``name`` defaults to the message's own name field.
     Only the encoded bytes are kept, not the message (at 100,000 endpoint assignments the
-    decoded messages took 560 MB); :func:`decode_resource` gives it back.
+    decoded messages took 560 MB); `decode_resource` gives it back.
     ``ttl`` (seconds) lets clients that support TTLs drop the resource when it lapses without
-    a heartbeat (see :attr:`Resource.ttl`).
+    a heartbeat (see [`Resource.ttl`][xdscore.wire.Resource.ttl]).
     """
     if isinstance(message, bytes | bytearray | memoryview):
         if type_url is None:

@@ -4,8 +4,8 @@ xRFC TP1 ("Normalization"): two ``xdstp://`` URNs are equivalent when they match
 by component, whatever the order of their context parameters. A resource built as
 ``…/r?zone=z1&app=web`` and a request for ``…/r?app=web&zone=z1`` name the same resource, so
 the library compares names only in one canonical form, made here and nowhere else:
-:class:`~xdscore.wire.Resource` and :class:`~xdscore.wire.Reference` convert their ``name``,
-and the request records convert every name they carry (the codec builds them).
+[`Resource`][xdscore.wire.Resource] and [`Reference`][xdscore.wire.Reference] convert their
+``name``, and the request records convert every name they carry (the codec builds them).
 
 The canonical form is the one Envoy sends. Envoy canonicalises every ``xdstp://`` name before
 it subscribes (its gRPC muxes decode the URN and re-encode it with the context parameters

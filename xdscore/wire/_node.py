@@ -3,11 +3,11 @@
 A decoded node's ``raw`` is its encoding as the client sent it. Envoy sends its node, 61 KB
 of it (Envoy 1.40, 516 extensions), on every request, and not always in the same bytes: it
 writes the entries of its build version's metadata map in a new order each time. The codec
-recognises a repeated node with :func:`same_node_bytes`: the fields from ``extensions`` on
+recognises a repeated node with `same_node_bytes`: the fields from ``extensions`` on
 compared as bytes, the few before them (where the maps are) by content, so a request costs
 no decoding of the node.
 
-Decoded nodes are kept by their bytes in :data:`xdscore._memos.NODES`, so a fleet of
+Decoded nodes are kept by their bytes in `xdscore._memos.NODES`, so a fleet of
 proxies presenting the same node costs one decode; a node whose record holds more than the
 memo's entry bound is never kept: the streams that present it hold it while they live, and
 no longer.
@@ -167,7 +167,8 @@ def make_node(
     locality: Locality | None = None,
     metadata: Mapping[str, object] | None = None,
 ) -> Node:
-    """A :class:`Node` whose ``raw`` encoding is filled in, as a decoded one would have."""
+    """A [`Node`][xdscore.wire.Node] whose ``raw`` encoding is filled in, as a decoded one would
+    have."""
     draft = Node(
         id=id,
         cluster=cluster,

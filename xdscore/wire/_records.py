@@ -1,7 +1,7 @@
 """Decoded protocol messages as small immutable records.
 
 The state machines work on these, never on protobuf objects; the codec builds them. Every
-resource name a record carries is converted to canonical form (:mod:`xdscore.wire._names`)
+resource name a record carries is converted to canonical form (`xdscore.wire._names`)
 when the record is made, so requests are compared with resources in one form.
 """
 

@@ -1,6 +1,6 @@
 """Which resources a resource refers to, read from its protobuf encoding.
 
-One function, :func:`references`, used by the snapshot consistency check, the analysis
+One function, `references`, used by the snapshot consistency check, the analysis
 and the make-before-break ordering. It understands the references Envoy resolves by name
 through xDS:
 
@@ -11,7 +11,7 @@ through xDS:
   ``api_listener`` of proxyless gRPC.
 * RouteConfiguration: clusters (``cluster``, ``weighted_clusters``, request mirrors).
   ``cluster_header`` and ``cluster_specifier_plugin`` are resolved per request and cannot
-  be checked statically: :func:`unresolvable` lists them instead.
+  be checked statically: `unresolvable` lists them instead.
 * ScopedRouteConfiguration: its route configuration.
 * Cluster: its endpoints (EDS ``service_name``, defaulting to the cluster's name) and
   secrets (SDS in the upstream TLS context, transport socket matches included).
@@ -41,7 +41,6 @@ __all__ = [
     "Reference",
     "has_references",
     "references",
-    "route_virtual_hosts",
     "trim_route_configuration",
     "unresolvable",
 ]
@@ -54,7 +53,8 @@ _EDS = cluster_pb2.Cluster.DiscoveryType.Value("EDS")
 class Reference:
     """A reference to the resource ``name`` of type ``type_url``; ``field`` says from where.
 
-    ``name`` is in canonical form, as resource names are (:func:`~xdscore.wire.canonical_name`).
+    ``name`` is in canonical form, as resource names are
+    ([`canonical_name`][xdscore.wire.canonical_name]).
     """
 
     type_url: str
@@ -254,16 +254,6 @@ _EXTRACTORS = {
     SCOPED_ROUTE: _scoped_route,
     CLUSTER: _cluster,
 }
-
-
-def route_virtual_hosts(body: bytes) -> tuple[frozenset[str], ...] | None:
-    """The clusters each virtual host of a route configuration refers to, in order; ``None``
-    when ``body`` does not decode."""
-    try:
-        config = route_pb2.RouteConfiguration.FromString(body)
-    except DecodeError:
-        return None
-    return tuple(_host_clusters(host) for host in config.virtual_hosts)
 
 
 def trim_route_configuration(body: bytes, keep: Callable[[frozenset[str]], bool]) -> bytes:

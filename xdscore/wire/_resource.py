@@ -1,8 +1,8 @@
 """Immutable resources, encoded exactly once.
 
-A :class:`Resource` is one named xDS resource: its encoded message and a version that is a
-hash of those bytes (and of its TTL, if it has one), so every replica and every restart agrees
-on it. The protobuf framing a response needs around it (the ``Any``, the
+A [`Resource`][xdscore.wire.Resource] is one named xDS resource: its encoded message and a version
+that is a hash of those bytes (and of its TTL, if it has one), so every replica and every restart
+agrees on it. The protobuf framing a response needs around it (the ``Any``, the
 ``envoy.service.discovery.v3.Resource`` wrapper of Delta and of wrapped SotW entries, and the
 body-less heartbeat entries) is built once per resource, on first use, and then shared by
 every stream.
@@ -39,8 +39,8 @@ class Resource:
     """One named xDS resource of type ``type_url``, with its encoded message ``body``.
 
     ``name`` is kept in canonical form (``xdstp://`` context parameters sorted, see
-    :func:`~xdscore.wire.canonical_name`), which is how it is compared and sent; ``body`` is
-    not rewritten.
+    [`canonical_name`][xdscore.wire.canonical_name]), which is how it is compared and sent; ``body``
+    is not rewritten.
     """
 
     type_url: str
@@ -53,11 +53,11 @@ class Resource:
     aliases: tuple[str, ...] = ()
     message: object = attrs.field(default=None, eq=False, repr=False)
     """The typed message given when the resource was constructed directly, if any (the
-    analyzer checks that it is of the declared type). :func:`~xdscore.make_resource` keeps
-    only the bytes."""
+    analyzer checks that it is of the declared type). [`make_resource`][xdscore.wire.make_resource]
+    keeps only the bytes."""
     name_only: bool = False
     """A Delta entry without a body: its name, version and aliases only (see
-    :meth:`unresolved`)."""
+    [`unresolved`][xdscore.wire.Resource.unresolved])."""
 
     @ttl.validator
     def _positive(self, _: object, value: float | None) -> None:
@@ -84,7 +84,7 @@ class Resource:
 
     @functools.cached_property
     def references(self) -> tuple[Reference, ...]:
-        """The resources this one refers to by name (see :mod:`xdscore.wire._references`)."""
+        """The resources this one refers to by name (see `xdscore.wire._references`)."""
         return references(self.type_url, self.body)
 
     @functools.cached_property
@@ -113,7 +113,8 @@ class Resource:
 
     @functools.cached_property
     def delta_entry_without_ttl(self) -> bytes:
-        """:attr:`delta_entry` without the TTL, for clients that do not support TTLs."""
+        """[`delta_entry`][xdscore.wire.Resource.delta_entry] without the TTL, for clients that do
+        not support TTLs."""
         if self.ttl is None:
             return self.delta_entry
         return bytes_field(2, self._wrapper(body=not self.name_only, ttl=False))

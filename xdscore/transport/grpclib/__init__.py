@@ -1,5 +1,5 @@
-"""The grpclib adapter: :class:`GrpclibTransport` (grpclib's server, held to the same bounds
-and request checks as xdscore's own), and the grpclib client the CLI uses."""
+"""The grpclib adapter: [`GrpclibTransport`][xdscore.GrpclibTransport] (grpclib's server, held to
+the same bounds and request checks as xdscore's own), and the grpclib client the CLI uses."""
 
 from .transport import GrpclibTransport
 

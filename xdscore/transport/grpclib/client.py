@@ -1,10 +1,10 @@
 """The grpclib transport, client side: a channel whose streams are byte streams.
 
 Used by the CLI's CSDS commands (and by anything that runs a client machine over grpclib):
-each stream is a :class:`~xdscore.server.ByteStream`, so the driver and the codecs work on
+each stream is a [`ByteStream`][xdscore.server.ByteStream], so the driver and the codecs work on
 it unchanged. A status the server ends a stream with becomes a
-:class:`~xdscore.RemoteProtocolError` carrying it; a connection that cannot be made or is
-lost is :class:`~xdscore.StreamClosed`.
+[`RemoteProtocolError`][xdscore.RemoteProtocolError] carrying it; a connection that cannot be made
+or is lost is [`StreamClosed`][xdscore.server.StreamClosed].
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ class _ClientStream:
 
 
 class GrpclibChannel:
-    """An HTTP/2 connection to one server; open streams on it with :meth:`stream`."""
+    """An HTTP/2 connection to one server; open streams on it with `stream`."""
 
     def __init__(self, channel: grpclib.client.Channel) -> None:
         self._channel = channel

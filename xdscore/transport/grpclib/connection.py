@@ -1,14 +1,14 @@
 """grpclib's server connection, held to what HTTP/2 asks and to the abuse bounds.
 
 grpclib feeds each connection's bytes to h2 and hands the resulting events to an
-``EventsProcessor``. :class:`GuardedH2Protocol` is grpclib's connection with a processor
+``EventsProcessor``. `GuardedH2Protocol` is grpclib's connection with a processor
 of ours in front of grpclib's that:
 
-* counts, per connection, the frames :class:`~xdscore.transport.ConnectionLimits` bounds
-  (rapid resets, PING and SETTINGS floods; see :mod:`xdscore.transport._limits`), and cuts
+* counts, per connection, the frames [`ConnectionLimits`][xdscore.transport.ConnectionLimits] bounds
+  (rapid resets, PING and SETTINGS floods; see `xdscore.transport._limits`), and cuts
   the connection past them;
 * checks each request's headers as xdscore's own server does
-  (:func:`xdscore.transport.h2.headers.parse_request`, RFC 9113 sections 8.2 and 8.3)
+  (`xdscore.transport.h2.headers.parse_request`, RFC 9113 sections 8.2 and 8.3)
   before grpclib sees them: grpclib has h2 skip that check, then reads ``:method`` as if it
   were always there (a request without it logged a ``KeyError`` traceback and was never
   answered) and serves the rest. A malformed request's stream is reset with
@@ -24,7 +24,7 @@ of ours in front of grpclib's that:
   connection's table for the connection's lifetime.
 
 grpclib keeps h2's connection object in the private ``Connection._connection``; the
-processor and the protocol reach it through :func:`_h2_of` alone, to reset a stream and to
+processor and the protocol reach it through `_h2_of` alone, to reset a stream and to
 send GOAWAY when the connection is cut.
 """
 
@@ -72,7 +72,8 @@ def _gone(reason: CutReason, bucket: Bucket, last_stream_id: int) -> None:
 
 
 class _GuardedProcessor(EventsProcessor):
-    """grpclib's events processor, counting the frames :class:`ConnectionLimits` bounds."""
+    """grpclib's events processor, counting the frames
+    [`ConnectionLimits`][xdscore.transport.ConnectionLimits] bounds."""
 
     def __init__(
         self,
@@ -159,7 +160,8 @@ _SLICE = 16_384
 
 
 class GuardedH2Protocol(H2Protocol):
-    """grpclib's server connection with the bounds of :class:`ConnectionLimits`.
+    """grpclib's server connection with the bounds of
+    [`ConnectionLimits`][xdscore.transport.ConnectionLimits].
 
     ``on_cut`` is called with the reason once, when the connection is cut; ``on_lost`` with
     the connection's handler once the connection is gone.

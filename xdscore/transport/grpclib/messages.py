@@ -4,7 +4,7 @@ without joining them.
 grpclib's ``send_message`` takes one ``bytes``: the driver would join a response's parts
 (its shared body among them), grpclib would prepend the 5-byte prefix and copy again, then
 read the result back frame by frame. Here each frame's payload is a slice of the buffers as
-they are (:func:`xdscore.transport._messages.buffers`), h2 keeps its flow control and
+they are (`xdscore.transport._messages.buffers`), h2 keeps its flow control and
 stream state, and the frames of one batch go to the socket in one write.
 """
 

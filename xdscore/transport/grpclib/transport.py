@@ -1,17 +1,18 @@
 """The grpclib transport: ADS and every per-type discovery service on one port.
 
 The adapter moves bytes only: a pass-through codec keeps grpclib from decoding anything,
-each gRPC stream is handed to :meth:`XdsServer.run_stream` as a byte stream (each unary
-``Fetch<Type>`` call's request to :meth:`XdsServer.fetch`), and a
-:class:`~xdscore.ProtocolError` the runtime raises becomes the gRPC status it carries.
-The gRPC method names of every type come from the type registry. The Client Status
+each gRPC stream is handed to [`XdsServer.run_stream`][xdscore.XdsServer.run_stream] as a byte
+stream (each unary ``Fetch<Type>`` call's request to [`XdsServer.fetch`][xdscore.XdsServer.fetch]),
+and a [`ProtocolError`][xdscore.ProtocolError] the runtime raises becomes the gRPC status it
+carries. The gRPC method names of every type come from the type registry. The Client Status
 Discovery Service (CSDS) is served on the same port.
 
 Two bounds live here, where the bytes arrive. A message's size is checked against the
 server's ``limits.max_request_bytes`` from its 5-byte gRPC prefix, before any of its body is
 read (grpclib would buffer a declared 4 GiB in full first). And each HTTP/2 connection is
-cut when it resets streams, pings or sends SETTINGS faster than :class:`ConnectionLimits`
-allow, malformed requests are reset and unknown frames ignored (see :mod:`.connection`).
+cut when it resets streams, pings or sends SETTINGS faster than
+[`ConnectionLimits`][xdscore.transport.ConnectionLimits] allow, malformed requests are reset and
+unknown frames ignored (see `.connection`).
 """
 
 from __future__ import annotations
@@ -136,16 +137,17 @@ class _Server(grpclib.server.Server):
 
 
 STOP_GRACE = 1.0
-"""Seconds :meth:`GrpclibTransport.stop` waits for ended streams to send their trailers."""
+"""Seconds [`GrpclibTransport.stop`][xdscore.GrpclibTransport.stop] waits for ended streams to send
+their trailers."""
 
 
 class GrpclibTransport:
     """Serves ``server`` over HTTP/2 with grpclib; use as an async context manager.
 
     ``connection_limits`` bounds, per connection, the HTTP/2 frames that cost the server work
-    (rapid stream resets, PING and SETTINGS floods; see :class:`ConnectionLimits`); a
-    connection past them is cut with GOAWAY ENHANCE_YOUR_CALM and counted in
-    ``xdscore_connections_cut_total{reason}``.
+    (rapid stream resets, PING and SETTINGS floods; see
+    [`ConnectionLimits`][xdscore.transport.ConnectionLimits]); a connection past them is cut with
+    GOAWAY ENHANCE_YOUR_CALM and counted in ``xdscore_connections_cut_total{reason}``.
     """
 
     def __init__(
@@ -303,7 +305,8 @@ class GrpclibTransport:
 
 
 class _GrpclibStream(ByteStream):
-    """One grpclib stream as message bytes; the client going away is :class:`StreamClosed`.
+    """One grpclib stream as message bytes; the client going away is
+    [`StreamClosed`][xdscore.server.StreamClosed].
 
     A message longer than ``limit`` bytes is refused from its prefix, before its body is
     read (RESOURCE_EXHAUSTED, as the driver's own check words it).
@@ -424,7 +427,7 @@ class _FramesForgotten:
     then raises its own error from the handler's ``Wrapper``, which keeps that error: a
     cycle. The error's context is the cancellation, whose traceback held every frame of the
     stream, so each reset stream's state stayed in memory until a full collection (about
-    50 KB a stream in the soak benchmark). :class:`_WrapperReleased` lets grpclib's own
+    50 KB a stream in the soak benchmark). `_WrapperReleased` lets grpclib's own
     objects go too.
     """
 

@@ -4,7 +4,7 @@ Every connection holds a descriptor, and a process has a limit (``ulimit -n``). 
 own accept loop meets the limit badly: on EMFILE it logs a traceback and schedules a retry,
 and then goes on accepting, up to the listen backlog's count of times in one turn, so one
 burst past the limit logs tens of thousands of tracebacks and schedules as many retries.
-:class:`Acceptor` keeps the open connections under ``max_connections`` (by default the
+`Acceptor` keeps the open connections under ``max_connections`` (by default the
 descriptor limit less a reserve for everything else the process opens): past it, a new
 connection is accepted and closed at once, which a gRPC client (Envoy, grpc) retries with
 back-off. Should accepting still fail for want of descriptors or memory, it stops
@@ -43,7 +43,7 @@ _SHORT_OF = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
 
 
 def default_max_connections() -> int:
-    """The process's descriptor limit less :data:`DESCRIPTOR_RESERVE` (at least 1)."""
+    """The process's descriptor limit less `DESCRIPTOR_RESERVE` (at least 1)."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         return 1_000_000
@@ -130,7 +130,7 @@ class Acceptor:
 
     def _hold(self) -> None:
         """Accept nothing until the server admits streams again (looked at every
-        :data:`ACCEPT_PAUSE` seconds)."""
+        `ACCEPT_PAUSE` seconds)."""
         if not self._holding:
             self._holding = True
             self._warn("not accepting connections: the server is full (max_streams)")

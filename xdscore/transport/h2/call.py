@@ -1,16 +1,16 @@
-"""One HTTP/2 stream of :class:`~xdscore.transport.Http2Transport`, and the gRPC call on it.
+"""One HTTP/2 stream of [`Http2Transport`][xdscore.Http2Transport], and the gRPC call on it.
 
-A :class:`Stream` is what the connection keeps of every stream it knows: its
-:class:`~.state.StreamState`, its send window (a WINDOW_UPDATE may still raise it past
-2^31-1) and the bytes its ``content-length`` still owes. A :class:`Call` is a stream with a
+A `Stream` is what the connection keeps of every stream it knows: its
+`StreamState`, its send window (a WINDOW_UPDATE may still raise it past
+2^31-1) and the bytes its ``content-length`` still owes. A `Call` is a stream with a
 handler running: the runtime's byte stream (``receive``, ``send_parts``, ``end``,
 ``writable``, ``closed``), what the client sent and the handler has not read, and how far
 the response has gone. The connection moves the state for the frames it receives
 (``data_received``, ``remote_ended``, ``window_opened``); the call moves it for the
-frames it sends, through the same table (:mod:`.state`). Once a call is over the
-connection keeps a :class:`Stream` of it, a bounded number of them, for the frames still on
+frames it sends, through the same table (`.state`). Once a call is over the
+connection keeps a `Stream` of it, a bounded number of them, for the frames still on
 their way; a stream answered without a handler (refused, reset, UNIMPLEMENTED) is only
-ever a :class:`Stream`.
+ever a `Stream`.
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ class Call(Stream):
     """One gRPC call (an HTTP/2 stream) as message bytes each way.
 
     The client going away (its RST_STREAM, or the connection lost) cancels the handler's
-    task; a read or a write after that is :class:`~xdscore.StreamClosed`.
+    task; a read or a write after that is [`StreamClosed`][xdscore.server.StreamClosed].
     """
 
     __slots__ = (
@@ -101,7 +101,7 @@ class Call(Stream):
         "_uncredited",
         "_window_open",
         "deadline",
-        "is_settled",
+        "is_synced",
         "metadata",
         "opened",
         "path",
@@ -139,8 +139,8 @@ class Call(Stream):
         self._window_open: asyncio.Future[None] | None = None
         self.deadline: float | None = None
         self.task: asyncio.Task[None] | None = None
-        self.is_settled = False
-        """Whether the handler said the call finished its initial sync (:meth:`settled`)."""
+        self.is_synced = False
+        """Whether the handler said the call finished its initial sync (`synced`)."""
 
     def kept(self) -> Stream:
         """What the connection keeps of the call once it is over."""
@@ -156,12 +156,12 @@ class Call(Stream):
     def peer_certificate(self) -> Mapping[str, Any] | None:
         return self._connection.peer_certificate
 
-    def settled(self) -> None:
+    def synced(self) -> None:
         """The call has finished its initial sync: once every call on the connection has,
-        its reads are no longer bounded per loop turn (see :class:`~.intake.Intake`)."""
-        if not self.is_settled:
-            self.is_settled = True
-            self._connection.call_settled(self)
+        its reads are no longer bounded per loop turn (see `Intake`)."""
+        if not self.is_synced:
+            self.is_synced = True
+            self._connection.call_synced(self)
 
     def _over(self) -> bool:
         """Whether the stream can carry nothing more from the server: reset either way,

@@ -1,28 +1,28 @@
-"""One HTTP/2 connection of :class:`~xdscore.transport.Http2Transport`.
+"""One HTTP/2 connection of [`Http2Transport`][xdscore.Http2Transport].
 
 An ``asyncio.Protocol`` that parses frames as they arrive and answers what the connection
 itself owes (SETTINGS and PING acknowledgements, flow-control credit) without a task;
-each request stream becomes a :class:`~.call.Call` handed to a handler in a task of its
+each request stream becomes a `Call` handed to a handler in a task of its
 own. Every frame on a stream moves that stream's state through the table of
-:mod:`.state`; what the table refuses, and what a frame carries that the RFC forbids, is a
+`.state`; what the table refuses, and what a frame carries that the RFC forbids, is a
 stream error (RST_STREAM with its code) or a connection error (GOAWAY with its code, then
 the end of the connection), each logged at DEBUG with the rule it broke.
 
-The connection itself goes through :class:`ConnectionState`: the client's preface, its
+The connection itself goes through `ConnectionState`: the client's preface, its
 first SETTINGS, open, closing (GOAWAY sent, or the server's side shut: what arrives is
 dropped), closed (the transport is gone: nothing is written any more).
 
 What it bounds, per connection:
 
 * inbound bytes by flow control: a stream's bytes are credited back as its handler reads
-  them, so a client never has more than one stream window (:data:`~.call.STREAM_WINDOW`)
-  buffered per stream, nor more than :data:`CONNECTION_WINDOW` in all; a request larger
+  them, so a client never has more than one stream window (`STREAM_WINDOW`)
+  buffered per stream, nor more than `CONNECTION_WINDOW` in all; a request larger
   than ``limit`` is refused from its 5-byte prefix, before its body is credited;
-* open streams (:data:`MAX_STREAMS`; more are refused with REFUSED_STREAM);
-* closed streams remembered (:data:`REMEMBERED_STREAMS`, the oldest forgotten first);
-* header blocks (:data:`MAX_HEADER_BLOCK` bytes; larger ones cut the connection);
+* open streams (`MAX_STREAMS`; more are refused with REFUSED_STREAM);
+* closed streams remembered (`REMEMBERED_STREAMS`, the oldest forgotten first);
+* header blocks (`MAX_HEADER_BLOCK` bytes; larger ones cut the connection);
 * rapid resets, PING and SETTINGS floods, by the token buckets of
-  :class:`~xdscore.transport.ConnectionLimits` (the connection is cut with GOAWAY
+  [`ConnectionLimits`][xdscore.transport.ConnectionLimits] (the connection is cut with GOAWAY
   ENHANCE_YOUR_CALM).
 
 Outbound, every frame the connection owes in one turn of the event loop goes to the socket
@@ -98,7 +98,7 @@ __all__ = [
 ]
 
 HELD_BYTES = 65_536
-"""Bytes a connection waiting for its turn to be read (see :class:`Intake`) takes in
+"""Bytes a connection waiting for its turn to be read (see `Intake`) takes in
 before it stops reading."""
 
 log = logging.getLogger("xdscore.transport")
@@ -187,9 +187,9 @@ class Connection(asyncio.Protocol):
         self._intake = intake
         self.state = _PREFACE
         self._reading = _READY
-        self._unsettled = 0
-        """Calls open that have not said they are settled (see :meth:`Call.settled`)."""
-        self._ever_settled = False
+        self._syncing_calls = 0
+        """Calls open that have not said they are synced (see `Call.synced`)."""
+        self._ever_synced = False
         self._limit = limit
         self._limits = limits
         self._on_cut = on_cut
@@ -268,7 +268,7 @@ class Connection(asyncio.Protocol):
         if (
             reading is _HELD
             or reading is _HELD_PAUSED
-            or (intake is not None and self.unsettled and not intake.admit(self))
+            or (intake is not None and self.syncing and not intake.admit(self))
         ):
             # Its turn comes within a few turns; a client that sends a lot meanwhile is
             # stopped (the kernel buffers, TCP pushes back).
@@ -283,10 +283,10 @@ class Connection(asyncio.Protocol):
         self._handle(data)
 
     @property
-    def unsettled(self) -> bool:
+    def syncing(self) -> bool:
         """Whether a call on this connection is still in its initial sync, or none has
-        settled yet: its reads are bounded per loop turn (see :class:`Intake`)."""
-        return bool(self._unsettled) or not self._ever_settled
+        synced yet: its reads are bounded per loop turn (see `Intake`)."""
+        return bool(self._syncing_calls) or not self._ever_synced
 
     def resume_intake(self) -> None:
         """The held read's turn has come: handle what was buffered, read again."""
@@ -298,11 +298,11 @@ class Connection(asyncio.Protocol):
             self._transport.resume_reading()
         self._handle(b"")
 
-    def call_settled(self, call: Call) -> None:
-        """``call`` finished its initial sync (see :meth:`Call.settled`)."""
+    def call_synced(self, call: Call) -> None:
+        """``call`` finished its initial sync (see `Call.synced`)."""
         if self.calls.get(call.id) is call:
-            self._unsettled -= 1
-            self._ever_settled = True
+            self._syncing_calls -= 1
+            self._ever_synced = True
 
     def _handle(self, data: bytes) -> None:
         buffer = self._buffer
@@ -623,13 +623,13 @@ class Connection(asyncio.Protocol):
         if timeout:
             call.deadline = _timeout(timeout)
         self.calls[stream_id] = call
-        self._unsettled += 1
+        self._syncing_calls += 1
         call.task = asyncio.get_running_loop().create_task(handler(call))
 
     def _refuse(self, call: Call, status: int) -> None:
         """Answer a request that is not gRPC with HTTP ``status`` (its own task: the body
         waits for the client's window; the stream counts as open until it is sent)."""
-        call.is_settled = True
+        call.is_synced = True
         self.calls[call.id] = call
         call.task = asyncio.get_running_loop().create_task(call.refuse(status, REFUSAL_TEXT))
 
@@ -827,13 +827,13 @@ class Connection(asyncio.Protocol):
         together, then leave together at the end of the turn (one write a connection
         fewer, and one wake-up of the client).
 
-        Not at the end of the turn once settled: a cache change wakes every stream that
+        Not at the end of the turn once synced: a cache change wakes every stream that
         holds what changed in one turn, and the first woken (the longest connected) would
         otherwise wait for all the others (0.1 s for 10,000 streams) before its push left.
         """
         if self._reading is _PARSING:
             return
-        if self.unsettled:
+        if self.syncing:
             if not self._flush_scheduled:
                 self._flush_scheduled = True
                 asyncio.get_running_loop().call_soon(self.flush)
@@ -887,8 +887,8 @@ class Connection(asyncio.Protocol):
             if self.calls.get(stream.id) is not stream:
                 return  # released already
             del self.calls[stream.id]
-            if not stream.is_settled:
-                self._unsettled -= 1
+            if not stream.is_synced:
+                self._syncing_calls -= 1
             self._credit_connection(stream.unread())
             stream = stream.kept()
         self._remember(stream)

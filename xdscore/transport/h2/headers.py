@@ -1,8 +1,8 @@
 """Request header blocks: decoded with HPACK, checked against RFC 9113 in one pass, the
 first of a connection from a memo.
 
-:func:`parse_request` reads a request's fields once, in order, and either returns its
-:class:`RequestHead` or raises :class:`MalformedRequest` naming the rule broken (sections
+`parse_request` reads a request's fields once, in order, and either returns its
+`RequestHead` or raises `MalformedRequest` naming the rule broken (sections
 8.2 and 8.3), which the server answers with a stream error PROTOCOL_ERROR:
 
 * a field name with an uppercase letter, a control character, a space or a non-ASCII byte;
@@ -15,14 +15,14 @@ first of a connection from a memo.
 * a ``content-length`` that is not a number (the connection checks that the DATA frames add
   up to it, section 8.1.1).
 
-:func:`check_trailers` holds a client's trailers to the same field rules, and refuses any
+`check_trailers` holds a client's trailers to the same field rules, and refuses any
 pseudo-header in them.
 
 Every connection's HPACK decoder starts from the same state, so its first header block
 decodes to the same fields, and leaves the same dynamic table, whenever the bytes are the
 same: and a fleet of clients of one build sends the same first block (an xDS client opens
 one stream a connection, so that block is usually the only one). The heads of recent first
-blocks are kept (:data:`xdscore._memos.HEADER_BLOCKS`); a connection whose first block is
+blocks are kept (`xdscore._memos.HEADER_BLOCKS`); a connection whose first block is
 one of them decodes and checks nothing, and brings its decoder up to date by decoding that
 block only if a second one arrives.
 """
@@ -113,7 +113,7 @@ def _field_problem(name: str, value: str) -> str | None:
 
 def parse_request(fields: Fields) -> RequestHead:
     """The head of the request whose header block decoded to ``fields`` (names and values
-    as Latin-1 text); raises :class:`MalformedRequest`."""
+    as Latin-1 text); raises `MalformedRequest`."""
     pseudo: dict[str, str] = {}
     regular: dict[str, str] = {}
     content_length = -1
@@ -157,7 +157,7 @@ def parse_request(fields: Fields) -> RequestHead:
 
 
 def check_trailers(fields: Fields) -> None:
-    """Raise :class:`MalformedRequest` unless ``fields`` are valid request trailers: no
+    """Raise `MalformedRequest` unless ``fields`` are valid request trailers: no
     pseudo-header (8.1), every field valid (8.2)."""
     for name, value in fields:
         if name[:1] == ":":
@@ -186,7 +186,7 @@ class HeaderDecoder:
 
     def request(self, block: bytes) -> RequestHead:
         """The head of the request whose header block is ``block``, the next block of the
-        connection; raises :class:`MalformedRequest` once the block is decoded."""
+        connection; raises `MalformedRequest` once the block is decoded."""
         if self._first:
             self._first = False
             key = (self._limit, block)

@@ -4,11 +4,11 @@ One poll of the event loop can find thousands of sockets readable: in a reconnec
 the clients' first requests arrive together, then their ACKs. Handled as they come, each
 turn sets up streams and parses requests for all of them (a 20,000-stream storm made turns
 of 1-2 s), and a push to a proxy that was connected all along, whose write leaves only at
-the end of the turn, waits as long. :class:`Intake` lets at most ``per_turn`` reads of
-*unsettled* connections (any with a stream still in its initial sync, or with no stream
+the end of the turn, waits as long. `Intake` lets at most ``per_turn`` reads of
+connections still *syncing* (any with a stream still in its initial sync, or with no stream
 yet) be handled in a turn; the others keep what they read unparsed (and stop reading
 past a bound, so that the kernel buffers and TCP pushes back) and take their turn in order,
-``per_turn`` a turn. Settled connections read at once, always: a storm does not delay an
+``per_turn`` a turn. Synced connections read at once, always: a storm does not delay an
 established proxy's ACK.
 """
 
@@ -22,7 +22,7 @@ from typing import Protocol
 __all__ = ["INTAKE_PER_TURN", "Intake"]
 
 INTAKE_PER_TURN = 64
-"""Reads of unsettled connections handled in one turn of the event loop, by default."""
+"""Reads of syncing connections handled in one turn of the event loop, by default."""
 
 
 class _Held(Protocol):
@@ -33,7 +33,7 @@ class _Held(Protocol):
 
 
 class Intake:
-    """At most ``per_turn`` reads of unsettled connections handled in a loop turn (0: no
+    """At most ``per_turn`` reads of syncing connections handled in a loop turn (0: no
     bound); those past it wait in arrival order (``waiting``), each one told to
     ``on_deferred``."""
 

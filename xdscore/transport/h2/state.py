@@ -1,4 +1,4 @@
-"""Every stream transition of :class:`~xdscore.transport.Http2Transport`'s HTTP/2 server,
+"""Every stream transition of [`Http2Transport`][xdscore.Http2Transport]'s HTTP/2 server,
 in one table (RFC 9113 section 5.1).
 
 Rules
@@ -34,20 +34,20 @@ the header block its HEADERS frame began, which the connection reassembles first
 
 Theory of operation
 -------------------
-:func:`step` looks up ``(state, input)`` in :data:`TRANSITIONS` and returns the next state.
+`step` looks up ``(state, input)`` in `TRANSITIONS` and returns the next state.
 A cell that is not in the table is an input the RFC forbids in that state:
 
-* for a frame received, :data:`REFUSALS` names, per state, what the RFC makes of it: a
-  :class:`H2StreamError` (the connection resets that stream with the code) or an
-  :class:`H2ConnectionError` (GOAWAY with the code), each naming the rule;
+* for a frame received, `REFUSALS` names, per state, what the RFC makes of it: a
+  `H2StreamError` (the connection resets that stream with the code) or an
+  `H2ConnectionError` (GOAWAY with the code), each naming the rule;
 * for a frame sent, the server itself broke the protocol: a
-  :class:`~xdscore.LocalProtocolError` (a bug; the server checks :func:`sending` first).
+  [`LocalProtocolError`][xdscore.LocalProtocolError] (a bug; the server checks `sending` first).
 
 What a frame carries is checked by the connection, once the table has allowed it: a zero
 WINDOW_UPDATE increment, a window past 2^31-1, a stream that depends on itself, a
 malformed request. The connection's hot path (DATA and WINDOW_UPDATE on an open stream,
-a message sent) asks :func:`receiving` and :func:`sending`, two identity checks that
-agree with the table (``tests/unit/test_h2_state.py`` checks it), and calls :func:`step`
+a message sent) asks `receiving` and `sending`, two identity checks that
+agree with the table (``tests/unit/test_h2_state.py`` checks it), and calls `step`
 for everything else.
 """
 
@@ -217,7 +217,7 @@ TRANSITIONS: Mapping[tuple[StreamState, StreamInput], StreamState] = {
     (FORGOTTEN, _I.RECV_RST_STREAM): FORGOTTEN,
     (FORGOTTEN, _I.RECV_PRIORITY): FORGOTTEN,
 }
-"""``(state, input) → next state``; a missing cell is an error (see :func:`step`)."""
+"""``(state, input) → next state``; a missing cell is an error (see `step`)."""
 
 _MALFORMED = Refusal(
     False, ErrorCode.PROTOCOL_ERROR, "a HEADERS frame without END_STREAM after the request's (8.1)"
@@ -245,9 +245,9 @@ REFUSALS: Mapping[StreamState, Refusal] = {
 
 
 def step(state: StreamState, given: StreamInput) -> StreamState:
-    """The state after ``given`` in ``state``; raises :class:`H2StreamError` or
-    :class:`H2ConnectionError` for a frame the client may not send in ``state``, and
-    :class:`~xdscore.LocalProtocolError` for one the server may not."""
+    """The state after ``given`` in ``state``; raises `H2StreamError` or
+    `H2ConnectionError` for a frame the client may not send in ``state``, and
+    [`LocalProtocolError`][xdscore.LocalProtocolError] for one the server may not."""
     after = TRANSITIONS.get((state, given))
     if after is not None:
         return after

@@ -1,15 +1,15 @@
-"""xdscore's own HTTP/2 transport: the same methods as :class:`GrpclibTransport`, on a
-lean server of its own (:mod:`.connection`).
+"""xdscore's own HTTP/2 transport: the same methods as
+[`GrpclibTransport`][xdscore.GrpclibTransport], on a lean server of its own (`.connection`).
 
 grpclib runs every connection through h2's general state machine, its event objects and
 its own stream, buffer and task layers: at a few hundred responses per stream that is
 most of an initial sync's server time, and some 35 KB of memory per connection. This
 server speaks the part of HTTP/2 and gRPC the xDS methods use (long-lived and unary calls
 of protobuf messages, identity encoding) with the same bounds: request size checked from
-the prefix, the abuse buckets of :class:`ConnectionLimits`, at most
-:data:`~.connection.MAX_STREAMS` streams per connection, TLS with the same
-:func:`server_ssl_context`. What it does not do: message compression (a compressed
-message ends its call with UNIMPLEMENTED), server push, HTTP/1.1.
+the prefix, the abuse buckets of [`ConnectionLimits`][xdscore.transport.ConnectionLimits], at most
+`MAX_STREAMS` streams per connection, TLS with the same
+[`server_ssl_context`][xdscore.transport.server_ssl_context]. What it does not do: message
+compression (a compressed message ends its call with UNIMPLEMENTED), server push, HTTP/1.1.
 """
 
 from __future__ import annotations
@@ -40,13 +40,14 @@ __all__ = ["Http2Transport"]
 log = logging.getLogger("xdscore.transport")
 
 STOP_GRACE = 1.0
-"""Seconds :meth:`Http2Transport.stop` waits for ended streams to send their trailers."""
+"""Seconds [`Http2Transport.stop`][xdscore.Http2Transport.stop] waits for ended streams to send
+their trailers."""
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
 class Http2Transport:
     """Serves ``server`` over HTTP/2 with xdscore's own gRPC server; an async context
-    manager, used as :class:`GrpclibTransport` is.
+    manager, used as [`GrpclibTransport`][xdscore.GrpclibTransport] is.
 
     ``connection_limits`` bounds, per connection, the HTTP/2 frames that cost the server work
     (rapid stream resets, PING and SETTINGS floods); a connection past them is cut with
@@ -55,7 +56,7 @@ class Http2Transport:
     descriptor limit less a reserve): past it a new connection is closed as it is accepted
     and counted in ``xdscore_connections_cut_total{reason="max_connections"}``.
     ``intake_per_turn`` bounds the reads of connections still in their initial sync
-    handled in one turn of the event loop (see :class:`~._intake.Intake`; 0: no bound), so
+    handled in one turn of the event loop (see `Intake`; 0: no bound), so
     that a reconnect storm cannot make a turn, and with it an established proxy's push, long.
     """
 

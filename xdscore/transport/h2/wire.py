@@ -1,4 +1,4 @@
-"""HTTP/2 framing for :class:`~xdscore.transport.Http2Transport`: constants, frame headers,
+"""HTTP/2 framing for [`Http2Transport`][xdscore.Http2Transport]: constants, frame headers,
 the server's SETTINGS and the header blocks it sends (gRPC's, and a plain HTTP refusal's).
 
 Frames are built and split here; HPACK is the ``hpack`` library's. The server never adds
