@@ -39,7 +39,7 @@ class Resource:
     """One named xDS resource of type ``type_url``, with its encoded message ``body``.
 
     ``name`` is kept in canonical form (``xdstp://`` context parameters sorted, see
-    [`canonical_name`][xdscore.wire.canonical_name]), which is how it is compared and sent; ``body``
+    `xdscore.wire.canonical_name`), which is how it is compared and sent; ``body``
     is not rewritten.
     """
 
