@@ -3,6 +3,7 @@
     python benchmarks/run.py --matrix              # xdscore and go-control-plane, point by point
     python benchmarks/run.py --quick               # a few minutes' subset of the matrix
     python benchmarks/run.py --matrix --peer PATH --point sotw-n100-r1000
+    python benchmarks/run.py --matrix --client grpcio   # one client mode only
     python benchmarks/run.py                       # the target scenarios, a table on stdout
     python benchmarks/run.py --only sotw-n100      # one scenario
     python benchmarks/run.py --server-cmd "..."    # the scenarios against another server
@@ -10,10 +11,13 @@
 Every run is one ``benchmarks/loadgen.py`` process (server pinned to CPU 0, load generator
 to CPU 1) whose JSON report is kept in ``benchmarks/results/``.
 
-The matrix (benchmarks/matrix.py) runs each point against xdscore's benchmark server and,
+The matrix (benchmarks/matrix.py) runs each point with both of the load generator's client
+modes, its neutral grpc-core clients (``--client grpcio``, on which issue 32's targets are
+judged) and the project's own (``--client h2``), against xdscore's benchmark server, against
+its pure build too (``XDSCORE_PURE=1``) where ``make compiled`` made a compiled one, and,
 when the peer binary is present (go-control-plane's benchmark server, by default
 ``../shared/peers/gocp-bench-server`` beside the repository; ``--peer PATH``), against the
-peer too, interleaved point by point with the first server alternating. After every point it
+peer, interleaved point by point with the first server alternating. After every point it
 rewrites the block between the markers in docs/benchmarks.md (``--doc``; ``--quick`` writes
 no page unless given one) and ``summary.json`` beside the reports. Nothing depends on the
 peer: without it, the matrix measures xdscore alone and says so.
@@ -37,12 +41,15 @@ from pathlib import Path
 from typing import Any
 
 from matrix import (
+    CLIENTS,
     ENDPOINTS,
     FULL,
     IDLE,
     MEMORY_CLUSTERS,
     OURS,
+    OWN,
     PEER,
+    PURE,
     QUICK,
     Figures,
     Outcome,
@@ -140,11 +147,12 @@ def run_scenarios(names: Sequence[str], server_cmd: str, pushes: int) -> None:
 
 
 def loadgen_command(
-    point: Point, clients: int, pushes: int, server_cmd: str, out: str
+    point: Point, clients: int, pushes: int, server_cmd: str, out: str, client: str = OWN
 ) -> list[str]:
     """The loadgen invocation for one run, relative to the repository root."""
     command = [
         sys.executable, "benchmarks/loadgen.py",
+        "--client", client,
         "--clients", str(clients),
         "--clusters", str(point.clusters),
         "--endpoints", str(ENDPOINTS),
@@ -169,24 +177,34 @@ def file_tag(server: str) -> str:
 
 
 class Matrix:
-    """One run of the matrix: the servers, where reports go, and the page it rewrites."""
+    """One run of the matrix: the servers, the client modes, where reports go, the page."""
 
-    def __init__(self, servers: dict[str, str], results: Path, doc: Path | None) -> None:
+    def __init__(
+        self, servers: dict[str, str], clients: Sequence[str], results: Path, doc: Path | None
+    ) -> None:
         self.servers = servers
+        self.clients = clients
         self.results = results
         self.doc = doc
-        self.rows: list[tuple[Point, dict[str, Outcome]]] = []
+        self.rows: dict[str, list[tuple[Point, dict[str, Outcome]]]] = {c: [] for c in clients}
         self.idle_rss_mb: dict[str, float] = {}
         results.mkdir(parents=True, exist_ok=True)
 
-    def run(self, point: Point, server: str, suffix: str = "") -> dict[str, Any] | str:
+    def run(
+        self, point: Point, server: str, client: str = OWN, suffix: str = ""
+    ) -> dict[str, Any] | str:
         """One loadgen run against ``server``: its report, or why there is none."""
-        out = self.results / f"{file_tag(server)}-{point.name}{suffix}.json"
+        out = self.results / f"{file_tag(server)}-{client}-{point.name}{suffix}.json"
         out.unlink(missing_ok=True)
         command = loadgen_command(
-            point, point.clients, point.pushes, self.servers[server], str(out.relative_to(ROOT))
+            point,
+            point.clients,
+            point.pushes,
+            self.servers[server],
+            str(out.relative_to(ROOT)),
+            client,
         )
-        print(f"{server} {point.name}{suffix} ...", file=sys.stderr, flush=True)
+        print(f"{server} {client} {point.name}{suffix} ...", file=sys.stderr, flush=True)
         done = subprocess.run(
             command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
         )
@@ -206,26 +224,29 @@ class Matrix:
                 self.idle_rss_mb[server] = report["initial_server_rss_mb"]
 
     def measure(self, point: Point, index: int, runs: int) -> None:
-        """Every run of one point, the servers interleaved, the first alternating by point."""
+        """Every run of one point, per client mode the servers interleaved, the first
+        alternating by point."""
         order = list(self.servers)
         if index % 2:
             order.reverse()
-        reports: dict[str, list[dict[str, Any]]] = {server: [] for server in self.servers}
-        failures: dict[str, str] = {}
-        for run in range(runs):
-            for server in order:
-                report = self.run(point, server, f"-{run + 1}" if runs > 1 else "")
-                if isinstance(report, str):
-                    failures[server] = report
+        for client in self.clients:
+            reports: dict[str, list[dict[str, Any]]] = {server: [] for server in self.servers}
+            failures: dict[str, str] = {}
+            for run in range(runs):
+                for server in order:
+                    suffix = f"-{run + 1}" if runs > 1 else ""
+                    report = self.run(point, server, client, suffix)
+                    if isinstance(report, str):
+                        failures[server] = report
+                    else:
+                        reports[server].append(report)
+            outcomes: dict[str, Outcome] = {}
+            for server in self.servers:
+                if server in failures:
+                    outcomes[server] = failures[server]
                 else:
-                    reports[server].append(report)
-        outcomes: dict[str, Outcome] = {}
-        for server in self.servers:
-            if server in failures:
-                outcomes[server] = failures[server]
-            else:
-                outcomes[server] = figures(reports[server], self.idle_rss_mb.get(server))
-        self.rows.append((point, outcomes))
+                    outcomes[server] = figures(reports[server], self.idle_rss_mb.get(server))
+            self.rows[client].append((point, outcomes))
 
     def write(self, context: Context, planned: int) -> str:
         """The block for the page, written into it and into summary.json; returned."""
@@ -238,12 +259,14 @@ class Matrix:
             "points": [
                 {
                     "point": dataclasses.asdict(point),
+                    "client": client,
                     "figures": {
                         server: dataclasses.asdict(o) if isinstance(o, Figures) else o
                         for server, o in outcomes.items()
                     },
                 }
-                for point, outcomes in self.rows
+                for client, rows in self.rows.items()
+                for point, outcomes in rows
             ],
         }
         (self.results / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
@@ -267,12 +290,19 @@ def _machine() -> str:
     return f"{cpu}, {os.cpu_count()} cores, {python}, Linux {platform.release()}"
 
 
+def _compiled_modules() -> int:
+    """How many modules ``make compiled`` built (it builds every listed module or none)."""
+    return len(list((ROOT / "xdscore").rglob("*.so")))
+
+
 def _build() -> str:
-    """Which build of xdscore the benchmark server runs: compiled (``make compiled``, which
-    builds every listed module or none) or its sources."""
-    built = len(list((ROOT / "xdscore").rglob("*.so")))
+    """Which builds of xdscore the benchmark servers run: compiled and pure, or its sources."""
+    built = _compiled_modules()
     if built:
-        return f"xdscore ran its compiled build (`make compiled`: {built} modules, mypyc)."
+        return (
+            f"xdscore ran its compiled build (`make compiled`: {built} modules, mypyc); "
+            f"{PURE} is the same server on its sources (`XDSCORE_PURE=1`)."
+        )
     return "xdscore ran from its sources (no compiled build)."
 
 
@@ -289,13 +319,21 @@ def _invocation() -> str:
 
 
 def run_matrix(
-    points: Sequence[Point], planned: int, peer: Path, doc: Path | None, results: Path, runs: int
+    points: Sequence[Point],
+    planned: int,
+    peer: Path,
+    doc: Path | None,
+    results: Path,
+    runs: int,
+    clients: Sequence[str] = CLIENTS,
 ) -> str:
     """Measure every point (after the no-stream RSS, if a point needs it); the page's block.
 
     ``planned`` is the size of the whole matrix, so that a part of it says it is a part.
     """
     servers = {OURS: SERVER.replace(str(HERE), "benchmarks")}
+    if _compiled_modules():
+        servers[PURE] = f"env XDSCORE_PURE=1 {servers[OURS]}"
     if peer.is_file() and os.access(peer, os.X_OK):
         servers[PEER] = f"{peer} -addr {{addr}} -clusters {{clusters}} -endpoints {{endpoints}}"
         peer_note = (
@@ -308,19 +346,20 @@ def run_matrix(
     peer_note = f"{peer_note} {_build()}"
     started = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     commit, machine, load_start = _commit(), _machine(), os.getloadavg()[0]
-    matrix = Matrix(servers, results, doc)
+    matrix = Matrix(servers, clients, results, doc)
     reports = results.relative_to(ROOT)
     commands = [_invocation()]
     commands += [f"# {name}: SERVER={shlex.quote(cmd)}" for name, cmd in servers.items()]
     if runs > 1:
         commands.append(f"# each point {runs} times per server, the reports named NAME-...-1 on")
 
-    def note(point: Point) -> None:
-        out = str(reports / f"NAME-{point.name}.json")
-        commands.append(shown(loadgen_command(point, point.clients, point.pushes, "", out)))
+    def note(point: Point, client: str = "CLIENT") -> None:
+        out = str(reports / f"NAME-{client}-{point.name}.json")
+        command = loadgen_command(point, point.clients, point.pushes, "", out, client)
+        commands.append(shown(command).replace("--client CLIENT", '--client "$CLIENT"'))
 
     if any(point.clusters == MEMORY_CLUSTERS for point in points):
-        note(IDLE)
+        note(IDLE, OWN)
         matrix.measure_idle()
     block = ""
     for index, point in enumerate(points):
@@ -348,6 +387,12 @@ def main() -> None:
     parser.add_argument("--point", action="append", help="only these matrix points (by name)")
     parser.add_argument("--runs", type=int, default=1, help="loadgen runs per point and server")
     parser.add_argument(
+        "--client",
+        action="append",
+        choices=CLIENTS,
+        help="only these client modes (default: every one, grpcio first)",
+    )
+    parser.add_argument(
         "--doc", type=Path, help=f"the page to rewrite (default {DOC} for --matrix)"
     )
     parser.add_argument("--server-cmd", default=SERVER, help="server for the scenarios")
@@ -368,7 +413,8 @@ def main() -> None:
         points = tuple(known[name] for name in args.point)
     doc = args.doc or (None if args.quick else DOC)
     results = HERE / "results" / ("matrix-quick" if args.quick else "matrix")
-    print(run_matrix(points, planned, args.peer.resolve(), doc, results, args.runs))
+    clients = tuple(c for c in CLIENTS if c in (args.client or CLIENTS))
+    print(run_matrix(points, planned, args.peer.resolve(), doc, results, args.runs, clients))
 
 
 if __name__ == "__main__":
