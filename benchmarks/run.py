@@ -4,6 +4,7 @@
     python benchmarks/run.py --quick               # a few minutes' subset of the matrix
     python benchmarks/run.py --matrix --peer PATH --point sotw-n100-r1000
     python benchmarks/run.py --matrix --client grpcio   # one client mode only
+    python benchmarks/run.py --matrix --python VENV/bin/python  # an installed xdscore's server
     python benchmarks/run.py                       # the target scenarios, a table on stdout
     python benchmarks/run.py --only sotw-n100      # one scenario
     python benchmarks/run.py --server-cmd "..."    # the scenarios against another server
@@ -13,13 +14,15 @@ to CPU 1) whose JSON report is kept in ``benchmarks/results/``.
 
 The matrix (benchmarks/matrix.py) runs each point with both of the load generator's client
 modes, its neutral grpc-core clients (``--client grpcio``, on which issue 32's targets are
-judged) and the project's own (``--client h2``), against xdscore's benchmark server, against
-its pure build too (``XDSCORE_PURE=1``) where ``make compiled`` made a compiled one, and,
-when the peer binary is present (go-control-plane's benchmark server, by default
-``../shared/peers/gocp-bench-server`` beside the repository; ``--peer PATH``), against the
-peer, interleaved point by point with the first server alternating. After every point it
-rewrites the block between the markers in docs/benchmarks.md (``--doc``; ``--quick`` writes
-no page unless given one) and ``summary.json`` beside the reports. Nothing depends on the
+judged) and the project's own (``--client h2``), against xdscore's benchmark server (run by
+``--python``, by default this interpreter: its xdscore is the one measured, say one that
+``pip install .`` installed in a venv), against the same install's pure build too
+(``XDSCORE_PURE=1``) where it is compiled, and, when the peer binary is present
+(go-control-plane's benchmark server, by default ``../shared/peers/gocp-bench-server``
+beside the repository; ``--peer PATH``), against the peer, interleaved point by point with
+the first server alternating. After every point it rewrites the block between the markers
+in docs/benchmarks.md (``--doc``; ``--quick`` writes no page unless given one) and
+``summary.json`` beside the reports. Nothing depends on the
 peer: without it, the matrix measures xdscore alone and says so.
 
 The scenarios check the targets the project set itself (docs/benchmarks.md).
@@ -290,20 +293,36 @@ def _machine() -> str:
     return f"{cpu}, {os.cpu_count()} cores, {python}, Linux {platform.release()}"
 
 
-def _compiled_modules() -> int:
-    """How many modules ``make compiled`` built (it builds every listed module or none)."""
-    return len(list((ROOT / "xdscore").rglob("*.so")))
+def loaded_build(python: str) -> str:
+    """What ``xdscore --version`` says of the xdscore that ``python`` runs the benchmark
+    server with (asked from benchmarks/, as the server imports it: an installed xdscore,
+    not the clone's, unless the clone is what is installed)."""
+    probe = "from xdscore._build import describe, loaded_build; print(describe(loaded_build()))"
+    done = subprocess.run(
+        [python, "-c", probe], cwd=HERE, capture_output=True, text=True, check=True
+    )
+    return done.stdout.strip()
 
 
-def _build() -> str:
-    """Which builds of xdscore the benchmark servers run: compiled and pure, or its sources."""
-    built = _compiled_modules()
-    if built:
-        return (
-            f"xdscore ran its compiled build (`make compiled`: {built} modules, mypyc); "
-            f"{PURE} is the same server on its sources (`XDSCORE_PURE=1`)."
-        )
-    return "xdscore ran from its sources (no compiled build)."
+def _build(python: str, build: str) -> str:
+    """Which builds of xdscore the benchmark servers ran."""
+    where = (
+        "this interpreter's xdscore"
+        if python == sys.executable
+        else "the xdscore installed in the venv of `--python` (`$VENV`)"
+    )
+    line = f"xdscore ran {where}: {build}."
+    if build.startswith("compiled"):
+        line += f" {PURE} is the same install on its sources (`XDSCORE_PURE=1`)."
+    return line
+
+
+def _anonymous(text: str, python: str) -> str:
+    """``text`` without this machine's paths: the clone is ``.``, its peers ``..``."""
+    if python != sys.executable:
+        text = text.replace(python, "$VENV/bin/python")
+    text = text.replace(sys.executable, "python")
+    return text.replace(f"{ROOT}/", "").replace(f"{ROOT.parent}/", "../")
 
 
 def _invocation() -> str:
@@ -326,13 +345,16 @@ def run_matrix(
     results: Path,
     runs: int,
     clients: Sequence[str] = CLIENTS,
+    python: str = sys.executable,
 ) -> str:
     """Measure every point (after the no-stream RSS, if a point needs it); the page's block.
 
-    ``planned`` is the size of the whole matrix, so that a part of it says it is a part.
+    ``planned`` is the size of the whole matrix, so that a part of it says it is a part;
+    ``python`` runs xdscore's server (its xdscore is the one measured).
     """
-    servers = {OURS: SERVER.replace(str(HERE), "benchmarks")}
-    if _compiled_modules():
+    build = loaded_build(python)
+    servers = {OURS: SERVER.replace(str(HERE), "benchmarks").replace(sys.executable, python)}
+    if build.startswith("compiled"):
         servers[PURE] = f"env XDSCORE_PURE=1 {servers[OURS]}"
     if peer.is_file() and os.access(peer, os.X_OK):
         servers[PEER] = f"{peer} -addr {{addr}} -clusters {{clusters}} -endpoints {{endpoints}}"
@@ -343,20 +365,22 @@ def run_matrix(
         )
     else:
         peer_note = f"No peer binary at `{peer}`: xdscore alone, no ratios."
-    peer_note = f"{peer_note} {_build()}"
+    peer_note = _anonymous(f"{peer_note} {_build(python, build)}", python)
     started = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     commit, machine, load_start = _commit(), _machine(), os.getloadavg()[0]
     matrix = Matrix(servers, clients, results, doc)
     reports = results.relative_to(ROOT)
     commands = [_invocation()]
     commands += [f"# {name}: SERVER={shlex.quote(cmd)}" for name, cmd in servers.items()]
+    commands = [_anonymous(command, python) for command in commands]
     if runs > 1:
         commands.append(f"# each point {runs} times per server, the reports named NAME-...-1 on")
 
     def note(point: Point, client: str = "CLIENT") -> None:
         out = str(reports / f"NAME-{client}-{point.name}.json")
         command = loadgen_command(point, point.clients, point.pushes, "", out, client)
-        commands.append(shown(command).replace("--client CLIENT", '--client "$CLIENT"'))
+        line = shown(command).replace("--client CLIENT", '--client "$CLIENT"')
+        commands.append(_anonymous(line, python))
 
     if any(point.clusters == MEMORY_CLUSTERS for point in points):
         note(IDLE, OWN)
@@ -395,6 +419,12 @@ def main() -> None:
     parser.add_argument(
         "--doc", type=Path, help=f"the page to rewrite (default {DOC} for --matrix)"
     )
+    parser.add_argument(
+        "--python",
+        default=sys.executable,
+        help="the matrix: the interpreter that runs xdscore's server, and so the xdscore "
+        "measured (e.g. a venv made by `pip install .`; default: this one)",
+    )
     parser.add_argument("--server-cmd", default=SERVER, help="server for the scenarios")
     parser.add_argument("--pushes", type=int, default=3, help="pushes per scenario")
     args = parser.parse_args()
@@ -414,7 +444,11 @@ def main() -> None:
     doc = args.doc or (None if args.quick else DOC)
     results = HERE / "results" / ("matrix-quick" if args.quick else "matrix")
     clients = tuple(c for c in CLIENTS if c in (args.client or CLIENTS))
-    print(run_matrix(points, planned, args.peer.resolve(), doc, results, args.runs, clients))
+    python = str(Path(args.python).absolute())
+    block = run_matrix(
+        points, planned, args.peer.resolve(), doc, results, args.runs, clients, python
+    )
+    print(block)
 
 
 if __name__ == "__main__":

@@ -500,3 +500,31 @@ def test_a_verdict_is_one_list_item() -> None:
     assert verdict_line(Verdict("a target", "1.0 s", True)) == "* **met**: a target: 1.0 s."
     assert verdict_line(Verdict("a target", "2.0 s", False)) == "* **missed**: a target: 2.0 s."
     assert verdict_line(Verdict("a target", "none", None)) == "* not judged: a target: none."
+
+
+def test_the_matrix_page_shows_no_path_of_this_machine() -> None:
+    import run
+
+    venv = "/somewhere/venv/bin/python"
+    line = (
+        f"{sys.executable} {run.ROOT}/benchmarks/run.py --matrix --python {venv}; "
+        f"SERVER='{venv} benchmarks/xds_server.py'; peer {run.ROOT.parent}/shared/peers/x"
+    )
+    shown = run._anonymous(line, venv)
+    assert str(run.ROOT) not in shown
+    assert venv not in shown
+    assert shown == (
+        "python benchmarks/run.py --matrix --python $VENV/bin/python; "
+        "SERVER='$VENV/bin/python benchmarks/xds_server.py'; peer ../shared/peers/x"
+    )
+
+
+def test_the_build_measured_is_the_one_the_servers_python_loads() -> None:
+    import run
+
+    build = run.loaded_build(sys.executable)
+    assert build.startswith(("compiled", "pure", "partially compiled")), build
+    note = run._build("/other/python", "compiled: 3 modules by mypyc")
+    assert "`--python`" in note
+    assert "XDSCORE_PURE=1" in note
+    assert "XDSCORE_PURE=1" not in run._build(sys.executable, "pure Python")
