@@ -32,7 +32,7 @@ class Slotted:
 
 
 class SlottedChild(Slotted):
-    __slots__ = ("c", "__weakref__")
+    __slots__ = ("__weakref__", "c")
 
     def __init__(self, a: object, b: object, c: object) -> None:
         super().__init__(a, b)
@@ -44,7 +44,7 @@ class Plain:
         self.value = value
 
 
-class Colour(str, enum.Enum):
+class Colour(enum.StrEnum):
     RED = "red"
 
 
