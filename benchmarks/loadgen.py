@@ -1,20 +1,29 @@
 """A neutral xDS load generator: N Envoy-like clients over real gRPC on loopback.
 
-Each client has its own channel (its own TCP connection), opens one ADS stream (SotW or
-Delta), asks for clusters and listeners (wildcard), then for the endpoints of the clusters
-it got and the route configurations its listener names, and ACKs everything, as Envoy does.
-The clients are xdscore's own Envoy-like client machines run by its client driver
-(``xdscore.server.ClientDriver``) over grpcio streams; responses with identical content are
-decoded once for the whole fleet, as one proxy would decode them, so the generator's own
-CPU stays low. It talks only the standard protocol, so any xDS server can be measured:
+Each client has its own connection, opens one ADS stream (SotW or Delta), asks for clusters
+and listeners (wildcard), then for the endpoints of the clusters it got and the route
+configurations its listener names, and ACKs everything, as Envoy does. It talks only the
+standard protocol, so any xDS server can be measured. ``--client`` picks the clients:
+
+* ``h2`` (the default, the project's own generator): xdscore's Envoy-like client machines
+  run by its client driver (``xdscore.server.ClientDriver``) over the lean HTTP/2 client of
+  benchmarks/h2client.py; responses with identical content are decoded once for the whole
+  fleet, as one proxy would decode them, so the generator's own CPU stays low;
+* ``grpcio`` (grpc-core): benchmarks/grpc_core_client.py, each client its own grpcio
+  channel (grpc-core's HTTP/2 stack, its own TCP connection), every response decoded by the
+  client itself with the protobuf runtime into typed resources, nothing of xdscore on its
+  path. It costs the generator several times more CPU per client than ``h2``: its figures
+  of server CPU hold, its convergence times are partly the generator's (the report says how
+  busy it was).
 
     python benchmarks/loadgen.py --target 127.0.0.1:18000 --clients 100 --clusters 1000
-    python benchmarks/loadgen.py --clients 100 --clusters 1000 --server-cmd \\
+    python benchmarks/loadgen.py --clients 100 --clusters 1000 --client grpcio --server-cmd \\
         "python benchmarks/xds_server.py --addr {addr} --clusters {clusters} \\
          --endpoints {endpoints}"
 
-With ``--server-cmd`` the server is started here, pinned to CPU 0 (this process to CPU 1),
-and driven over its stdin/stdout (see benchmarks/xds_server.py): pushes are timed from the
+With ``--server-cmd`` the server is started here, pinned to CPU 0 (every thread of this
+process to CPU 1, grpc-core's included), and driven over its stdin/stdout (see
+benchmarks/xds_server.py): pushes are timed from the
 ``mono=`` the server prints when its cache holds the new version to the moment each client
 ACKs it. The report (JSON on stdout, or ``--json FILE``) holds initial convergence, update
 convergence (total, per-client median and p99), responses and bytes received, the server's
@@ -43,12 +52,13 @@ import statistics
 import sys
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import grpc
+from envoy.config.core.v3 import base_pb2
 from envoy.service.discovery.v3 import discovery_pb2
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
@@ -69,6 +79,7 @@ from xdscore.wire import decode_response, make_node
 from xdscore.wire._reader import field_offset
 
 sys.path.insert(0, str(Path(__file__).parent))
+from grpc_core_client import DeltaSession, SotwSession, open_call
 from h2client import CallEnded, H2Call
 
 ADS = "/envoy.service.discovery.v3.AggregatedDiscoveryService/"
@@ -84,24 +95,6 @@ _DELTA_MEMO = 500_000
 """Distinct Delta resources remembered by the shared decoder."""
 
 
-class GrpcioStream:
-    """One grpcio stream-stream call as a byte stream for the client driver."""
-
-    def __init__(self, call: Any) -> None:
-        self._call = call
-        self.received_bytes = 0
-
-    async def receive(self) -> bytes | None:
-        data = await self._call.read()
-        if data is grpc.aio.EOF:
-            return None
-        self.received_bytes += len(data)
-        return bytes(data)
-
-    async def send(self, data: bytes) -> None:
-        await self._call.write(data)
-
-
 _RESOURCE_EXHAUSTED = 8
 _UNAVAILABLE = 14
 
@@ -111,21 +104,6 @@ def _status_of(error: grpc.aio.AioRpcError | CallEnded) -> tuple[int, str]:
     if isinstance(error, CallEnded):
         return error.status, error.message
     return error.code().value[0], error.details() or ""
-
-
-def _closer(call: H2Call) -> Callable[[], Awaitable[None]]:
-    async def close() -> None:
-        call.close()
-
-    return close
-
-
-def _grpcio_closer(call: Any, channel: Any) -> Callable[[], Awaitable[None]]:
-    async def close() -> None:
-        call.cancel()
-        await channel.close()
-
-    return close
 
 
 def _envelopes() -> tuple[Any, Any]:
@@ -260,12 +238,16 @@ def envoy_backoff(failures: int) -> float:
 
 @dataclass
 class Client:
-    """One simulated proxy: its machine, and when it took each update."""
+    """One simulated proxy: its machine or session, and when it took each update."""
 
     index: int
     node: Node
-    stream: GrpcioStream | H2Call | None = None
+    stream: H2Call | None = None
     driver: ClientDriver | None = None
+    session: SotwSession | DeltaSession | None = None
+    """The ``grpcio`` client's protocol state (``h2``: the driver's machine)."""
+    received_bytes: int = 0
+    """Bytes of messages the ``grpcio`` client received (``h2``: the stream counts them)."""
     responses: int = 0
     resources: int = 0
     converged_at: float = 0.0
@@ -281,16 +263,20 @@ class Client:
 
     @property
     def bytes(self) -> int:
-        return self.stream.received_bytes if self.stream is not None else 0
+        return self.stream.received_bytes if self.stream is not None else self.received_bytes
+
+    def holds(self, type_url: str) -> Mapping[str, Any]:
+        if self.session is not None:
+            return self.session.holds(type_url)
+        assert self.driver is not None
+        return self.driver.machine.holds(type_url)
 
     def converged(self, clusters: int) -> bool:
-        assert self.driver is not None
-        machine = self.driver.machine
         return (
-            len(machine.holds(CDS)) == clusters
-            and len(machine.holds(EDS)) == clusters
-            and len(machine.holds(LDS)) >= 1
-            and len(machine.holds(RDS)) >= 1
+            len(self.holds(CDS)) == clusters
+            and len(self.holds(EDS)) == clusters
+            and len(self.holds(LDS)) >= 1
+            and len(self.holds(RDS)) >= 1
         )
 
 
@@ -327,37 +313,60 @@ class Fleet:
     async def run_client(self, client: Client, *, resume: bool = False) -> None:
         """Run one client until its stream ends; with ``resume``, the machine it already has
         reconnects presenting what it holds, as Envoy does after losing its server."""
-        method = "DeltaAggregatedResources" if self.delta else "StreamAggregatedResources"
-        close: Callable[[], Awaitable[None]]
-        try:
-            if self.client_kind == "h2":
-                host, _, port = self.target.rpartition(":")
-                lean = await H2Call.open(host, int(port), ADS + method)
-                client.stream = lean
-                close = _closer(lean)
+        while True:
+            attempt_responses = client.responses
+            try:
+                if self.client_kind == "grpcio":
+                    await self._run_grpc_core(client, resume)
+                else:
+                    await self._run_h2(client, resume)
+            except OSError:  # (the lean client's connect)
+                await self._back_off(client)
+            except (grpc.aio.AioRpcError, CallEnded) as exc:
+                status, details = _status_of(exc)
+                if status == _UNAVAILABLE and attempt_responses == client.responses:
+                    # The connection failed before any answer (a storm of connects overflows
+                    # the server's accept queue, and the kernel resets what it dropped):
+                    # reconnect after a jittered backoff, as grpcio's channels do by themselves.
+                    await self._back_off(client)
+                    continue
+                hint = _RETRY.search(details)
+                if status != _RESOURCE_EXHAUSTED or hint is None:
+                    client.error = str(exc)[:200]
+                    return
+                # Shed by admission control: come back as Envoy does after a failed stream (a
+                # jittered exponential back-off), but not before the server's hint.
+                client.refusals += 1
+                client.refused_in_a_row += 1
+                backoff = envoy_backoff(client.refused_in_a_row)
+                await asyncio.sleep(max(float(hint.group(1)), backoff))
+            except asyncio.CancelledError as exc:
+                client.error = str(exc)[:200]
+                return
             else:
-                channel = grpc.aio.insecure_channel(self.target, options=UNLIMITED)
-                call = channel.stream_stream(ADS + method)()
-                client.stream = GrpcioStream(call)
-                close = _grpcio_closer(call, channel)
-        except OSError:
-            await self._back_off(client)
-            await self.run_client(client, resume=resume)
-            return
-        machine: DeltaClient | SotwClient
-        if resume and client.driver is not None:
-            machine = client.driver.machine
-        else:
-            machine = DeltaClient(node=client.node) if self.delta else SotwClient(node=client.node)
-        driver = ClientDriver(
-            machine,
-            client.stream,
-            on_response=lambda response, _: self._observe(client, response),
-            decode=self._decoder.delta if self.delta else self._decoder.sotw,
-        )
-        client.driver = driver
-        attempt_responses = client.responses
+                return
+
+    async def _run_h2(self, client: Client, resume: bool) -> None:
+        """One stream of the project's client: xdscore's machine over the lean HTTP/2 client."""
+        method = "DeltaAggregatedResources" if self.delta else "StreamAggregatedResources"
+        host, _, port = self.target.rpartition(":")
+        call = await H2Call.open(host, int(port), ADS + method)
+        client.stream = call
         try:
+            machine: DeltaClient | SotwClient
+            if resume and client.driver is not None:
+                machine = client.driver.machine
+            else:
+                machine = (
+                    DeltaClient(node=client.node) if self.delta else SotwClient(node=client.node)
+                )
+            driver = ClientDriver(
+                machine,
+                call,
+                on_response=lambda response, _: self._observe(client, response),
+                decode=self._decoder.delta if self.delta else self._decoder.sotw,
+            )
+            client.driver = driver
             if resume:
                 for request in machine.reconnect():
                     await driver.send(request)
@@ -368,31 +377,29 @@ class Fleet:
                 await driver.watch(CDS, None)
                 await driver.watch(LDS, None)
             await driver.run()
-        except (grpc.aio.AioRpcError, CallEnded) as exc:
-            status, details = _status_of(exc)
-            if status == _UNAVAILABLE and attempt_responses == client.responses:
-                # The connection failed before any answer (a storm of connects overflows
-                # the server's accept queue, and the kernel resets what it dropped):
-                # reconnect after a jittered backoff, as grpcio's channels do by themselves.
-                await close()
-                await self._back_off(client)
-                await self.run_client(client, resume=resume)
-                return
-            hint = _RETRY.search(details)
-            if status != _RESOURCE_EXHAUSTED or hint is None:
-                client.error = str(exc)[:200]
-                return
-            # Shed by admission control: come back as Envoy does after a failed stream (a
-            # jittered exponential back-off), but not before the server's hint.
-            client.refusals += 1
-            client.refused_in_a_row += 1
-            await close()
-            await asyncio.sleep(max(float(hint.group(1)), envoy_backoff(client.refused_in_a_row)))
-            await self.run_client(client, resume=resume)
-        except asyncio.CancelledError as exc:
-            client.error = str(exc)[:200]
         finally:
-            await close()
+            call.close()
+
+    async def _run_grpc_core(self, client: Client, resume: bool) -> None:
+        """One stream of the neutral client: its own grpcio channel, its own decoding."""
+        channel, call = open_call(self.target, self.delta)
+        try:
+            session = client.session
+            if session is None or not resume:
+                node = base_pb2.Node(id=client.node.id, cluster=client.node.cluster)
+                session = DeltaSession(node) if self.delta else SotwSession(node)
+                client.session = session
+            for request in session.reconnect() if resume else session.start():
+                await call.write(request)
+            while (data := await call.read()) is not grpc.aio.EOF:
+                client.received_bytes += len(data)
+                response, requests = session.receive(data)
+                for request in requests:
+                    await call.write(request)
+                self._observe(client, response)
+        finally:
+            call.cancel()
+            await channel.close()
 
     @staticmethod
     async def _back_off(client: Client) -> None:
@@ -544,6 +551,8 @@ def _percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
 
 
+LOADGEN_CPUS = {1}
+"""Where the load generator runs (the server it starts runs on CPU 0)."""
 _M_TRIM_THRESHOLD, _M_TOP_PAD = -1, -2
 """glibc's ``mallopt`` parameters."""
 
@@ -579,6 +588,17 @@ def process_cpu_seconds(pid: int) -> float:
     return max(ticks / os.sysconf("SC_CLK_TCK"), exact / 1e9)
 
 
+def pin_threads(cpus: set[int]) -> int:
+    """Pin every thread of this process to ``cpus``; how many there are. (grpc-core starts
+    threads of its own as its first channels open, each on its creator's CPUs, and asyncio
+    one that waits for the server, on the server's CPU: pinned again once all are there.)"""
+    tasks = os.listdir("/proc/self/task")
+    for task in tasks:
+        with contextlib.suppress(OSError):  # (a thread that ended meanwhile)
+            os.sched_setaffinity(int(task), cpus)
+    return len(tasks)
+
+
 def _own_cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
@@ -587,7 +607,7 @@ def _own_cpu() -> float:
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     server: ServerProcess | None = None
     target = args.target
-    os.sched_setaffinity(0, {1})
+    pin_threads(LOADGEN_CPUS)
     tune_collector()  # the generator's own collector, as the servers tune theirs
     keep_freed_memory()
     if args.server_cmd:
@@ -617,6 +637,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         async with asyncio.timeout(args.timeout):
             await fleet.all_converged.wait()
         report["initial_convergence_s"] = round(time.monotonic() - started, 3)
+        report["loadgen_threads"] = pin_threads(LOADGEN_CPUS)
         if server:
             report["initial_server_cpu_s"] = round(server.cpu_seconds() - cpu0, 3)
         report["initial_loadgen_cpu_s"] = round(_own_cpu() - own0, 3)
@@ -694,7 +715,9 @@ def main() -> None:
         "--client",
         choices=("h2", "grpcio"),
         default="h2",
-        help="the clients' gRPC stack: the lean one of benchmarks/h2client.py (default) or grpcio",
+        help="the clients: xdscore's machines over benchmarks/h2client.py (h2, the default) "
+        "or the neutral client of benchmarks/grpc_core_client.py (grpcio: grpc-core, one "
+        "channel and one protobuf decoding per client)",
     )
     parser.add_argument(
         "--loop",

@@ -1,10 +1,14 @@
 """The side-by-side benchmark matrix: its points, and the figures drawn from loadgen reports.
 
 Pure functions over the JSON reports of ``benchmarks/loadgen.py``; running the servers is
-``benchmarks/run.py``'s job. For each point and each server:
+``benchmarks/run.py``'s job. Every point is measured with each of the load generator's
+client modes (``CLIENTS``): its neutral grpc-core clients (``--client grpcio``: grpcio's
+channels, each client decoding its own responses), on which the targets are judged, and the
+project's own lean clients (``--client h2``). For each client mode, point and server:
 
 * initial convergence (s), with the load generator's saturation over the same interval
-  (its own CPU seconds divided by the wall time: near 1.0, the figure is the client's);
+  (its own CPU seconds divided by the wall time: near 1.0, the figure is the client's),
+  and the server's CPU seconds over it;
 * push convergence (median over pushes, s) from the push command to the last client's ACK,
   with the median saturation over the same interval, and from the moment the server's
   cache holds the new version (its ``mono=``) to the last ACK. Both are given because a
@@ -14,7 +18,9 @@ Pure functions over the JSON reports of ``benchmarks/loadgen.py``; running the s
 * at R = 100, memory per stream: RSS once every client holds the full config, minus the RSS
   of the same server serving the same workload to no stream, divided by N (KB).
 
-Ratios are the peer's figure over xdscore's: above 1, xdscore is faster or smaller.
+Ratios are the peer's figure over xdscore's: above 1, xdscore is faster or smaller. The
+servers are xdscore (its compiled build where ``make compiled`` made one), go-control-plane
+(the peer) and, beside a compiled build, xdscore's pure build (``XDSCORE_PURE=1``).
 """
 
 from __future__ import annotations
@@ -31,6 +37,18 @@ ENDPOINTS = 10
 """E: endpoints per ClusterLoadAssignment at every point."""
 MEMORY_CLUSTERS = 100
 """R at which memory per stream is figured (against a server with no streams)."""
+NEUTRAL = "grpcio"
+"""The client mode the targets are judged on: grpc-core, each client its own channel."""
+OWN = "h2"
+"""The project's own load generator: xdscore's client machines over a lean HTTP/2 client."""
+CLIENTS = (NEUTRAL, OWN)
+"""The load generator's client modes (``--client``) the matrix runs, in the page's order."""
+CLIENT_LABELS = {
+    NEUTRAL: "grpc-core clients (`--client grpcio`: one grpcio channel per client, each "
+    "decoding its own responses with the protobuf runtime)",
+    OWN: "the project's own clients (`--client h2`: xdscore's client machines over a lean "
+    "HTTP/2 client, identical responses decoded once for the fleet)",
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,6 +101,8 @@ class Figures:
 
     initial_s: float
     initial_saturation: float
+    initial_cpu_s: float
+    """The server's CPU seconds from the first connection to the last client's convergence."""
     push_s: float
     push_saturation: float
     push_from_set_s: float
@@ -131,6 +151,7 @@ def figures(reports: Sequence[Report], idle_rss_mb: float | None = None) -> Figu
         initial_saturation=statistics.median(
             saturation(r["initial_loadgen_cpu_s"], r["initial_convergence_s"]) for r in reports
         ),
+        initial_cpu_s=statistics.median(r["initial_server_cpu_s"] for r in reports),
         push_s=statistics.median(_from_command(p) for p in pushes),
         push_saturation=statistics.median(
             saturation(p["loadgen_cpu_to_ack_s"], _from_command(p)) for p in pushes
@@ -144,13 +165,16 @@ def figures(reports: Sequence[Report], idle_rss_mb: float | None = None) -> Figu
 
 OURS = "xdscore"
 PEER = "go-cp"
+PURE = "xdscore-pure"
+"""xdscore's pure build, measured beside a compiled one."""
 Outcome = Figures | str
 """A server's figures at a point, or why it has none."""
 Rows = Sequence[tuple[Point, Mapping[str, Outcome]]]
-"""Each point measured, with every server's outcome there."""
+"""Each point measured (with one client mode), with every server's outcome there."""
 
 RATIO_FIELDS = (
     "initial_s",
+    "initial_cpu_s",
     "push_s",
     "push_from_set_s",
     "cpu_per_push_s",

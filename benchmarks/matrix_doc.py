@@ -9,17 +9,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from matrix import OURS, PEER, Figures, Outcome, Rows, ratios
-from matrix_targets import Verdict, verdicts
+from matrix import CLIENT_LABELS, NEUTRAL, OURS, OWN, PEER, Figures, Outcome, Rows, ratios
+from matrix_targets import Verdict, cpu_verdicts, timing_verdicts
 
 START = "<!-- bench-matrix:start -->"
 END = "<!-- bench-matrix:end -->"
 
 HEADER = (
-    "| point | server | initial s | load-gen saturation | push s from command (median) "
-    "| load-gen saturation | push s from cache set (median) | server CPU s per push "
-    "| peak RSS MB | KB per stream |\n"
-    "|---|---|---|---|---|---|---|---|---|---|"
+    "| point | server | initial s | load-gen saturation | server CPU s, initial "
+    "| push s from command (median) | load-gen saturation | push s from cache set (median) "
+    "| server CPU s per push | peak RSS MB | KB per stream |\n"
+    "|---|---|---|---|---|---|---|---|---|---|---|"
 )
 
 
@@ -59,10 +59,10 @@ def figure_row(point: str, server: str, outcome: Outcome) -> str:
     """One server's row: its figures, or the reason it has none across the row."""
     if isinstance(outcome, str):
         reason = outcome.replace("|", "\\|").replace("\n", " ")
-        return f"| {point} | {server} | {reason} | | | | | | | |"
+        return f"| {point} | {server} | {reason} | | | | | | | | |"
     return (
         f"| {point} | {server} | {outcome.initial_s:.2f} | {outcome.initial_saturation:.2f} "
-        f"| {outcome.push_s:.3f} | {outcome.push_saturation:.2f} "
+        f"| {outcome.initial_cpu_s:.3f} | {outcome.push_s:.3f} | {outcome.push_saturation:.2f} "
         f"| {outcome.push_from_set_s:.3f} | {outcome.cpu_per_push_s:.3f} "
         f"| {outcome.peak_rss_mb:.0f} "
         f"| {_number(outcome.per_stream_kb, 1)} |"
@@ -73,7 +73,8 @@ def ratio_row(peer: Figures, ours: Figures) -> str:
     """The peer's figures over ours; saturations are not compared."""
     r = ratios(peer, ours)
     return (
-        f"| | {PEER} / {OURS} | {_times(r['initial_s'])} | | {_times(r['push_s'])} | "
+        f"| | {PEER} / {OURS} | {_times(r['initial_s'])} | | {_times(r['initial_cpu_s'])} "
+        f"| {_times(r['push_s'])} | "
         f"| {_times(r['push_from_set_s'])} | {_times(r['cpu_per_push_s'])} "
         f"| {_times(r['peak_rss_mb'])} "
         f"| {_times(r['per_stream_kb'])} |"
@@ -111,20 +112,47 @@ def verdict_line(verdict: Verdict) -> str:
     return f"* {word}: {verdict.target}: {verdict.measured}."
 
 
-def section(context: Context, rows: Rows, idle_rss_mb: Mapping[str, float], planned: int) -> str:
-    """The whole block between the markers."""
-    done = "" if len(rows) == planned else f" **Only {len(rows)} of {planned} points measured.**"
+def section(
+    context: Context,
+    rows: Mapping[str, Rows],
+    idle_rss_mb: Mapping[str, float],
+    planned: int,
+) -> str:
+    """The whole block between the markers: a table per client mode (``rows`` by mode),
+    issue 32's targets on the grpc-core clients' rows, issue 17's on the project's own."""
+    measured = max((len(mode_rows) for mode_rows in rows.values()), default=0)
+    done = "" if measured == planned else f" **Only {measured} of {planned} points measured.**"
     commands = "\n".join(context.commands)
-    targets = "\n".join(verdict_line(verdict) for verdict in verdicts(rows))
+    tables = "".join(
+        f"With {CLIENT_LABELS.get(client, client)}:\n\n{table(mode_rows)}\n\n"
+        for client, mode_rows in rows.items()
+    )
+    judged = []
+    if NEUTRAL in rows:
+        judged.append(
+            (
+                "Issue 32's targets (server CPU seconds), on the grpc-core clients",
+                cpu_verdicts(rows[NEUTRAL]),
+            )
+        )
+    if OWN in rows:
+        judged.append(
+            ("Issue 17's targets, on the project's own clients", timing_verdicts(rows[OWN]))
+        )
+    targets = "".join(
+        f"{title}:\n\n" + "\n".join(verdict_line(v) for v in found) + "\n\n"
+        for title, found in judged
+    )
     return (
         f"{START}\n"
         f"Measured {context.date}, commit `{context.commit}`. Machine: {context.machine}; "
         f"{context.load}. {context.peer}{done}\n\n"
-        f"{table(rows)}\n\n"
+        f"{tables}"
         f"{idle_line(idle_rss_mb)}"
-        f"Issue 17's targets, as this run measures them:\n\n{targets}\n\n"
-        "Commands, from the repository root (each loadgen line ran once per server, with "
-        "`SERVER` replaced by that server's command):\n\n"
+        f"{targets}"
+        "Commands, from the repository root (each loadgen line ran once per server and "
+        "client mode, with `SERVER` replaced by that server's command and `CLIENT` by the "
+        "mode):\n\n"
         f"```sh\n{commands}\n```\n"
         f"{END}"
     )

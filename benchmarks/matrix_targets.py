@@ -1,7 +1,10 @@
-"""Issue 17's targets, judged from one run of the matrix.
+"""The targets, judged from one run of the matrix.
 
-Each target gives what the run measured and whether it is met (None: no point of the run
-measures it, e.g. without the peer).
+Issue 32's (:func:`cpu_verdicts`) are ratios of server CPU seconds, judged on the rows of the
+grpc-core clients; issue 17's (:func:`timing_verdicts`) are convergence times and memory,
+judged on the rows of the project's own clients, as they were set. Each target gives what the
+run measured and whether it is met (None: no point of the run measures it, e.g. without the
+peer).
 """
 
 from __future__ import annotations
@@ -9,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from matrix import MEMORY_CLUSTERS, OURS, PEER, Figures, Outcome, Point, Rows
+from matrix import MEMORY_CLUSTERS, OURS, PEER, PURE, Figures, Outcome, Point, Rows
 
 
 @dataclass(frozen=True)
@@ -24,13 +27,13 @@ def _figures(outcomes: Mapping[str, Outcome], server: str) -> Figures | None:
     return found if isinstance(found, Figures) else None
 
 
-def _pairs(rows: Rows) -> list[tuple[Point, Figures, Figures]]:
-    """(point, ours, peer) wherever both servers have figures."""
+def _pairs(rows: Rows, other: str = PEER) -> list[tuple[Point, Figures, Figures]]:
+    """(point, ours, other's) wherever both servers have figures."""
     found = []
     for point, outcomes in rows:
-        ours, peer = _figures(outcomes, OURS), _figures(outcomes, PEER)
-        if ours is not None and peer is not None:
-            found.append((point, ours, peer))
+        ours, theirs = _figures(outcomes, OURS), _figures(outcomes, other)
+        if ours is not None and theirs is not None:
+            found.append((point, ours, theirs))
     return found
 
 
@@ -139,8 +142,54 @@ def memory_per_stream(rows: Rows) -> Verdict:
     return Verdict(target, measured, all(kb <= 40.0 for _, kb in found))
 
 
-def verdicts(rows: Rows) -> list[Verdict]:
-    """Every target the matrix can judge, in the issue's order."""
+def initial_cpu_3x(rows: Rows) -> Verdict:
+    return _faster(
+        "initial sync: go-cp's server CPU at least 3\N{MULTIPLICATION SIGN} xdscore's at "
+        "every point",
+        rows,
+        lambda point: True,
+        "initial_cpu_s",
+        3.0,
+    )
+
+
+def push_cpu_10x(rows: Rows) -> Verdict:
+    return _faster(
+        "pushes: go-cp's server CPU per push at least 10\N{MULTIPLICATION SIGN} xdscore's "
+        "at N = 1000",
+        rows,
+        lambda point: point.clients == 1000,
+        "cpu_per_push_s",
+        10.0,
+    )
+
+
+def pure_within_1_5x(rows: Rows) -> Verdict:
+    """The pure build's server CPU (initial sync and per push) over the compiled build's."""
+    target = (
+        "the pure build's server CPU at most 1.5\N{MULTIPLICATION SIGN} the compiled "
+        "build's at every point (initial sync and per push)"
+    )
+    found = [
+        (point, pure.initial_cpu_s / ours.initial_cpu_s, pure.cpu_per_push_s / ours.cpu_per_push_s)
+        for point, ours, pure in _pairs(rows, PURE)
+        if ours.initial_cpu_s > 0 and ours.cpu_per_push_s > 0
+    ]
+    if not found:
+        return Verdict(target, "not measured in this run", None)
+    measured = ", ".join(
+        f"{point.label} {_x(initial)} / {_x(push)}" for point, initial, push in found
+    )
+    return Verdict(target, measured, all(max(i, p) <= 1.5 for _, i, p in found))
+
+
+def cpu_verdicts(rows: Rows) -> list[Verdict]:
+    """Issue 32's targets (server CPU seconds), for the rows of the grpc-core clients."""
+    return [initial_cpu_3x(rows), push_cpu_10x(rows), pure_within_1_5x(rows)]
+
+
+def timing_verdicts(rows: Rows) -> list[Verdict]:
+    """Issue 17's targets, in its order, for the rows of the project's own clients."""
     return [
         initial_3x(rows),
         push_10x(rows),

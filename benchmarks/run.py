@@ -3,6 +3,8 @@
     python benchmarks/run.py --matrix              # xdscore and go-control-plane, point by point
     python benchmarks/run.py --quick               # a few minutes' subset of the matrix
     python benchmarks/run.py --matrix --peer PATH --point sotw-n100-r1000
+    python benchmarks/run.py --matrix --client grpcio   # one client mode only
+    python benchmarks/run.py --matrix --python VENV/bin/python  # an installed xdscore's server
     python benchmarks/run.py                       # the target scenarios, a table on stdout
     python benchmarks/run.py --only sotw-n100      # one scenario
     python benchmarks/run.py --server-cmd "..."    # the scenarios against another server
@@ -10,12 +12,17 @@
 Every run is one ``benchmarks/loadgen.py`` process (server pinned to CPU 0, load generator
 to CPU 1) whose JSON report is kept in ``benchmarks/results/``.
 
-The matrix (benchmarks/matrix.py) runs each point against xdscore's benchmark server and,
-when the peer binary is present (go-control-plane's benchmark server, by default
-``../shared/peers/gocp-bench-server`` beside the repository; ``--peer PATH``), against the
-peer too, interleaved point by point with the first server alternating. After every point it
-rewrites the block between the markers in docs/benchmarks.md (``--doc``; ``--quick`` writes
-no page unless given one) and ``summary.json`` beside the reports. Nothing depends on the
+The matrix (benchmarks/matrix.py) runs each point with both of the load generator's client
+modes, its neutral grpc-core clients (``--client grpcio``, on which issue 32's targets are
+judged) and the project's own (``--client h2``), against xdscore's benchmark server (run by
+``--python``, by default this interpreter: its xdscore is the one measured, say one that
+``pip install .`` installed in a venv), against the same install's pure build too
+(``XDSCORE_PURE=1``) where it is compiled, and, when the peer binary is present
+(go-control-plane's benchmark server, by default ``../shared/peers/gocp-bench-server``
+beside the repository; ``--peer PATH``), against the peer, interleaved point by point with
+the first server alternating. After every point it rewrites the block between the markers
+in docs/benchmarks.md (``--doc``; ``--quick`` writes no page unless given one) and
+``summary.json`` beside the reports. Nothing depends on the
 peer: without it, the matrix measures xdscore alone and says so.
 
 The scenarios check the targets the project set itself (docs/benchmarks.md).
@@ -37,12 +44,15 @@ from pathlib import Path
 from typing import Any
 
 from matrix import (
+    CLIENTS,
     ENDPOINTS,
     FULL,
     IDLE,
     MEMORY_CLUSTERS,
     OURS,
+    OWN,
     PEER,
+    PURE,
     QUICK,
     Figures,
     Outcome,
@@ -140,11 +150,12 @@ def run_scenarios(names: Sequence[str], server_cmd: str, pushes: int) -> None:
 
 
 def loadgen_command(
-    point: Point, clients: int, pushes: int, server_cmd: str, out: str
+    point: Point, clients: int, pushes: int, server_cmd: str, out: str, client: str = OWN
 ) -> list[str]:
     """The loadgen invocation for one run, relative to the repository root."""
     command = [
         sys.executable, "benchmarks/loadgen.py",
+        "--client", client,
         "--clients", str(clients),
         "--clusters", str(point.clusters),
         "--endpoints", str(ENDPOINTS),
@@ -169,24 +180,34 @@ def file_tag(server: str) -> str:
 
 
 class Matrix:
-    """One run of the matrix: the servers, where reports go, and the page it rewrites."""
+    """One run of the matrix: the servers, the client modes, where reports go, the page."""
 
-    def __init__(self, servers: dict[str, str], results: Path, doc: Path | None) -> None:
+    def __init__(
+        self, servers: dict[str, str], clients: Sequence[str], results: Path, doc: Path | None
+    ) -> None:
         self.servers = servers
+        self.clients = clients
         self.results = results
         self.doc = doc
-        self.rows: list[tuple[Point, dict[str, Outcome]]] = []
+        self.rows: dict[str, list[tuple[Point, dict[str, Outcome]]]] = {c: [] for c in clients}
         self.idle_rss_mb: dict[str, float] = {}
         results.mkdir(parents=True, exist_ok=True)
 
-    def run(self, point: Point, server: str, suffix: str = "") -> dict[str, Any] | str:
+    def run(
+        self, point: Point, server: str, client: str = OWN, suffix: str = ""
+    ) -> dict[str, Any] | str:
         """One loadgen run against ``server``: its report, or why there is none."""
-        out = self.results / f"{file_tag(server)}-{point.name}{suffix}.json"
+        out = self.results / f"{file_tag(server)}-{client}-{point.name}{suffix}.json"
         out.unlink(missing_ok=True)
         command = loadgen_command(
-            point, point.clients, point.pushes, self.servers[server], str(out.relative_to(ROOT))
+            point,
+            point.clients,
+            point.pushes,
+            self.servers[server],
+            str(out.relative_to(ROOT)),
+            client,
         )
-        print(f"{server} {point.name}{suffix} ...", file=sys.stderr, flush=True)
+        print(f"{server} {client} {point.name}{suffix} ...", file=sys.stderr, flush=True)
         done = subprocess.run(
             command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
         )
@@ -206,26 +227,29 @@ class Matrix:
                 self.idle_rss_mb[server] = report["initial_server_rss_mb"]
 
     def measure(self, point: Point, index: int, runs: int) -> None:
-        """Every run of one point, the servers interleaved, the first alternating by point."""
+        """Every run of one point, per client mode the servers interleaved, the first
+        alternating by point."""
         order = list(self.servers)
         if index % 2:
             order.reverse()
-        reports: dict[str, list[dict[str, Any]]] = {server: [] for server in self.servers}
-        failures: dict[str, str] = {}
-        for run in range(runs):
-            for server in order:
-                report = self.run(point, server, f"-{run + 1}" if runs > 1 else "")
-                if isinstance(report, str):
-                    failures[server] = report
+        for client in self.clients:
+            reports: dict[str, list[dict[str, Any]]] = {server: [] for server in self.servers}
+            failures: dict[str, str] = {}
+            for run in range(runs):
+                for server in order:
+                    suffix = f"-{run + 1}" if runs > 1 else ""
+                    report = self.run(point, server, client, suffix)
+                    if isinstance(report, str):
+                        failures[server] = report
+                    else:
+                        reports[server].append(report)
+            outcomes: dict[str, Outcome] = {}
+            for server in self.servers:
+                if server in failures:
+                    outcomes[server] = failures[server]
                 else:
-                    reports[server].append(report)
-        outcomes: dict[str, Outcome] = {}
-        for server in self.servers:
-            if server in failures:
-                outcomes[server] = failures[server]
-            else:
-                outcomes[server] = figures(reports[server], self.idle_rss_mb.get(server))
-        self.rows.append((point, outcomes))
+                    outcomes[server] = figures(reports[server], self.idle_rss_mb.get(server))
+            self.rows[client].append((point, outcomes))
 
     def write(self, context: Context, planned: int) -> str:
         """The block for the page, written into it and into summary.json; returned."""
@@ -238,12 +262,14 @@ class Matrix:
             "points": [
                 {
                     "point": dataclasses.asdict(point),
+                    "client": client,
                     "figures": {
                         server: dataclasses.asdict(o) if isinstance(o, Figures) else o
                         for server, o in outcomes.items()
                     },
                 }
-                for point, outcomes in self.rows
+                for client, rows in self.rows.items()
+                for point, outcomes in rows
             ],
         }
         (self.results / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
@@ -267,13 +293,36 @@ def _machine() -> str:
     return f"{cpu}, {os.cpu_count()} cores, {python}, Linux {platform.release()}"
 
 
-def _build() -> str:
-    """Which build of xdscore the benchmark server runs: compiled (``make compiled``, which
-    builds every listed module or none) or its sources."""
-    built = len(list((ROOT / "xdscore").rglob("*.so")))
-    if built:
-        return f"xdscore ran its compiled build (`make compiled`: {built} modules, mypyc)."
-    return "xdscore ran from its sources (no compiled build)."
+def loaded_build(python: str) -> str:
+    """What ``xdscore --version`` says of the xdscore that ``python`` runs the benchmark
+    server with (asked from benchmarks/, as the server imports it: an installed xdscore,
+    not the clone's, unless the clone is what is installed)."""
+    probe = "from xdscore._build import describe, loaded_build; print(describe(loaded_build()))"
+    done = subprocess.run(
+        [python, "-c", probe], cwd=HERE, capture_output=True, text=True, check=True
+    )
+    return done.stdout.strip()
+
+
+def _build(python: str, build: str) -> str:
+    """Which builds of xdscore the benchmark servers ran."""
+    where = (
+        "this interpreter's xdscore"
+        if python == sys.executable
+        else "the xdscore installed in the venv of `--python` (`$VENV`)"
+    )
+    line = f"xdscore ran {where}: {build}."
+    if build.startswith("compiled"):
+        line += f" {PURE} is the same install on its sources (`XDSCORE_PURE=1`)."
+    return line
+
+
+def _anonymous(text: str, python: str) -> str:
+    """``text`` without this machine's paths: the clone is ``.``, its peers ``..``."""
+    if python != sys.executable:
+        text = text.replace(python, "$VENV/bin/python")
+    text = text.replace(sys.executable, "python")
+    return text.replace(f"{ROOT}/", "").replace(f"{ROOT.parent}/", "../")
 
 
 def _invocation() -> str:
@@ -289,13 +338,24 @@ def _invocation() -> str:
 
 
 def run_matrix(
-    points: Sequence[Point], planned: int, peer: Path, doc: Path | None, results: Path, runs: int
+    points: Sequence[Point],
+    planned: int,
+    peer: Path,
+    doc: Path | None,
+    results: Path,
+    runs: int,
+    clients: Sequence[str] = CLIENTS,
+    python: str = sys.executable,
 ) -> str:
     """Measure every point (after the no-stream RSS, if a point needs it); the page's block.
 
-    ``planned`` is the size of the whole matrix, so that a part of it says it is a part.
+    ``planned`` is the size of the whole matrix, so that a part of it says it is a part;
+    ``python`` runs xdscore's server (its xdscore is the one measured).
     """
-    servers = {OURS: SERVER.replace(str(HERE), "benchmarks")}
+    build = loaded_build(python)
+    servers = {OURS: SERVER.replace(str(HERE), "benchmarks").replace(sys.executable, python)}
+    if build.startswith("compiled"):
+        servers[PURE] = f"env XDSCORE_PURE=1 {servers[OURS]}"
     if peer.is_file() and os.access(peer, os.X_OK):
         servers[PEER] = f"{peer} -addr {{addr}} -clusters {{clusters}} -endpoints {{endpoints}}"
         peer_note = (
@@ -305,22 +365,25 @@ def run_matrix(
         )
     else:
         peer_note = f"No peer binary at `{peer}`: xdscore alone, no ratios."
-    peer_note = f"{peer_note} {_build()}"
+    peer_note = _anonymous(f"{peer_note} {_build(python, build)}", python)
     started = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     commit, machine, load_start = _commit(), _machine(), os.getloadavg()[0]
-    matrix = Matrix(servers, results, doc)
+    matrix = Matrix(servers, clients, results, doc)
     reports = results.relative_to(ROOT)
     commands = [_invocation()]
     commands += [f"# {name}: SERVER={shlex.quote(cmd)}" for name, cmd in servers.items()]
+    commands = [_anonymous(command, python) for command in commands]
     if runs > 1:
         commands.append(f"# each point {runs} times per server, the reports named NAME-...-1 on")
 
-    def note(point: Point) -> None:
-        out = str(reports / f"NAME-{point.name}.json")
-        commands.append(shown(loadgen_command(point, point.clients, point.pushes, "", out)))
+    def note(point: Point, client: str = "CLIENT") -> None:
+        out = str(reports / f"NAME-{client}-{point.name}.json")
+        command = loadgen_command(point, point.clients, point.pushes, "", out, client)
+        line = shown(command).replace("--client CLIENT", '--client "$CLIENT"')
+        commands.append(_anonymous(line, python))
 
     if any(point.clusters == MEMORY_CLUSTERS for point in points):
-        note(IDLE)
+        note(IDLE, OWN)
         matrix.measure_idle()
     block = ""
     for index, point in enumerate(points):
@@ -348,7 +411,19 @@ def main() -> None:
     parser.add_argument("--point", action="append", help="only these matrix points (by name)")
     parser.add_argument("--runs", type=int, default=1, help="loadgen runs per point and server")
     parser.add_argument(
+        "--client",
+        action="append",
+        choices=CLIENTS,
+        help="only these client modes (default: every one, grpcio first)",
+    )
+    parser.add_argument(
         "--doc", type=Path, help=f"the page to rewrite (default {DOC} for --matrix)"
+    )
+    parser.add_argument(
+        "--python",
+        default=sys.executable,
+        help="the matrix: the interpreter that runs xdscore's server, and so the xdscore "
+        "measured (e.g. a venv made by `pip install .`; default: this one)",
     )
     parser.add_argument("--server-cmd", default=SERVER, help="server for the scenarios")
     parser.add_argument("--pushes", type=int, default=3, help="pushes per scenario")
@@ -368,7 +443,12 @@ def main() -> None:
         points = tuple(known[name] for name in args.point)
     doc = args.doc or (None if args.quick else DOC)
     results = HERE / "results" / ("matrix-quick" if args.quick else "matrix")
-    print(run_matrix(points, planned, args.peer.resolve(), doc, results, args.runs))
+    clients = tuple(c for c in CLIENTS if c in (args.client or CLIENTS))
+    python = str(Path(args.python).absolute())
+    block = run_matrix(
+        points, planned, args.peer.resolve(), doc, results, args.runs, clients, python
+    )
+    print(block)
 
 
 if __name__ == "__main__":

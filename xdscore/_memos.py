@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import sys
 import weakref
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from types import MappingProxyType
-from typing import Any, Final, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar, cast
 
 from mypy_extensions import mypyc_attr
 
@@ -291,7 +291,16 @@ class Interned(Generic[_K, _V]):
         return MemoUsage(self.name, sys.getsizeof(table), len(table), 0)
 
 
-_CONTAINERS = (tuple, list, set, frozenset)
+_LEAF: Final = 0
+_MEMBERS: Final = 1
+_MAPPING: Final = 2
+_STATE: Final = 3
+_Shape = int | tuple[str, ...]
+"""How `footprint` walks an object: a leaf, members, a mapping, its ``__dict__``,
+or the fields named."""
+_SHAPES: Final[dict[type, _Shape]] = {}
+"""The shape of each type `footprint` met (a cache; cleared past _MAX_SHAPES)."""
+_MAX_SHAPES: Final = 1024
 
 
 def footprint(*objects: object, skip: tuple[type, ...] = ()) -> int:
@@ -306,40 +315,57 @@ def footprint(*objects: object, skip: tuple[type, ...] = ()) -> int:
     pending = list(objects)
     while pending:
         each = pending.pop()
-        if each is None or isinstance(each, bool) or id(each) in seen:
+        if each is None or id(each) in seen:
             continue
-        if skip and isinstance(each, skip):
+        kind = type(each)
+        if kind is bool or (skip and isinstance(each, skip)):
             continue
         seen.add(id(each))
         total += sys.getsizeof(each)
-        if isinstance(each, str | bytes | int | float):
-            continue
-        if isinstance(each, _CONTAINERS):
-            pending.extend(each)
-        elif isinstance(each, dict | MappingProxyType):
-            pending.extend(each.keys())
-            pending.extend(each.values())
-        else:
-            pending.extend(_fields_of(each))
+        shape = _SHAPES.get(kind)
+        if shape is None:
+            shape = _shape(kind)
+        if isinstance(shape, tuple):
+            for name in shape:
+                pending.append(getattr(each, name, None))
+        elif shape == _MEMBERS:
+            pending.extend(cast(Iterable[object], each))
+        elif shape == _MAPPING:
+            mapping = cast(Mapping[object, object], each)
+            pending.extend(mapping.keys())
+            pending.extend(mapping.values())
+        elif shape == _STATE:
+            pending.append(getattr(each, "__dict__", None))
     return total
 
 
-def _fields_of(each: object) -> Iterator[object]:
-    names: Iterable[str] | None = getattr(type(each), "_fields", None)
+def _shape(kind: type) -> _Shape:
+    """How `footprint` walks an instance of ``kind`` (found once per type)."""
+    shape: _Shape
+    if issubclass(kind, str | bytes | int | float):
+        shape = _LEAF
+    elif issubclass(kind, tuple | list | set | frozenset):
+        shape = _MEMBERS
+    elif issubclass(kind, dict | MappingProxyType):
+        shape = _MAPPING
+    else:
+        shape = _field_names(kind)
+    if len(_SHAPES) >= _MAX_SHAPES:
+        _SHAPES.clear()
+    _SHAPES[kind] = shape
+    return shape
+
+
+def _field_names(kind: type) -> _Shape:
+    names: Iterable[str] | None = getattr(kind, "_fields", None)
     if names is None:
-        attributes = getattr(type(each), "__attrs_attrs__", None)
+        attributes = getattr(kind, "__attrs_attrs__", None)
         if attributes is not None:
             names = [attribute.name for attribute in attributes]
     if names is None:
-        slots = [name for cls in type(each).__mro__ for name in getattr(cls, "__slots__", ())]
+        slots = [name for cls in kind.__mro__ for name in getattr(cls, "__slots__", ())]
         names = [name for name in slots if name != "__weakref__"] or None
-    if names is not None:
-        for name in names:
-            yield getattr(each, name, None)
-        return
-    state: Mapping[str, object] | None = getattr(each, "__dict__", None)
-    if state is not None:
-        yield state
+    return tuple(names) if names is not None else _STATE
 
 
 def encoded_size(resources: Iterable[object]) -> int:

@@ -21,6 +21,7 @@ sys.path.insert(0, str(BENCHMARKS))
 
 from loadgen import ServerProcess, process_cpu_seconds  # noqa: E402
 from matrix import (  # noqa: E402
+    CLIENTS,
     FULL,
     QUICK,
     Figures,
@@ -43,7 +44,7 @@ from matrix_doc import (  # noqa: E402
     table,
     verdict_line,
 )
-from matrix_targets import Verdict, verdicts  # noqa: E402
+from matrix_targets import Verdict, cpu_verdicts, timing_verdicts  # noqa: E402
 
 X = "\N{MULTIPLICATION SIGN}"
 
@@ -65,6 +66,7 @@ def _report(clients: int, clusters: int, **fields: Any) -> dict[str, Any]:
         "clusters": clusters,
         "initial_convergence_s": 2.0,
         "initial_loadgen_cpu_s": 1.0,
+        "initial_server_cpu_s": 0.5,
         "initial_server_rss_mb": 150.0,
         "server_peak_rss_mb": 200.0,
         "pushes": [_push(0.5, 0.4, 0.25)],
@@ -76,6 +78,7 @@ def _report(clients: int, clusters: int, **fields: Any) -> dict[str, Any]:
 OURS = Figures(
     initial_s=0.5,
     initial_saturation=0.8,
+    initial_cpu_s=0.4,
     push_s=0.1,
     push_saturation=0.95,
     push_from_set_s=0.08,
@@ -86,6 +89,7 @@ OURS = Figures(
 PEER = Figures(
     initial_s=1.5,
     initial_saturation=0.3,
+    initial_cpu_s=1.6,
     push_s=0.8,
     push_saturation=0.2,
     push_from_set_s=0.2,
@@ -113,6 +117,7 @@ def test_figures_take_medians_over_runs_and_pushes() -> None:
         1000,
         initial_convergence_s=1.0,
         initial_loadgen_cpu_s=0.9,
+        initial_server_cpu_s=0.25,
         server_peak_rss_mb=100.0,
         pushes=[_push(0.2, 0.30, 0.10), _push(0.3, 0.50, 0.36, 0.1), _push(0.8, 0.70, 0.45, 0.1)],
     )
@@ -121,6 +126,7 @@ def test_figures_take_medians_over_runs_and_pushes() -> None:
         1000,
         initial_convergence_s=3.0,
         initial_loadgen_cpu_s=0.6,
+        initial_server_cpu_s=0.75,
         server_peak_rss_mb=140.0,
         pushes=[_push(0.3, 0.40, 0.30), _push(0.5, 0.60, 0.05)],
     )
@@ -128,6 +134,7 @@ def test_figures_take_medians_over_runs_and_pushes() -> None:
     assert result.initial_s == 2.0
     # initial saturations 0.9 and 0.2: their median
     assert result.initial_saturation == pytest.approx(0.55)
+    assert result.initial_cpu_s == 0.5
     # from the command: 0.2, 0.4, 0.9, 0.3, 0.5; from the cache set: 0.2, 0.3, 0.8, 0.3, 0.5
     assert result.push_s == pytest.approx(0.4)
     assert result.push_from_set_s == pytest.approx(0.3)
@@ -161,6 +168,7 @@ def test_ratios_are_the_peer_over_xdscore() -> None:
     assert ratio(1.0, 0.0) is None
     assert ratios(PEER, OURS) == {
         "initial_s": pytest.approx(3.0),
+        "initial_cpu_s": pytest.approx(4.0),
         "push_s": pytest.approx(8.0),
         "push_from_set_s": pytest.approx(2.5),
         "cpu_per_push_s": pytest.approx(7.0),
@@ -173,10 +181,11 @@ def test_the_table_shows_both_servers_then_their_ratios() -> None:
     lines = table([(POINT, {"xdscore": OURS, "go-cp": PEER})]).splitlines()
     assert lines[:2] == HEADER.splitlines()
     assert lines[2:] == [
-        f"| SotW 100 {X} 1000 (5 pushes) | xdscore | 0.50 | 0.80 | 0.100 | 0.95 | 0.080 "
-        "| 0.120 | 88 | 40.0 |",
-        f"|  | go-cp | 1.50 | 0.30 | 0.800 | 0.20 | 0.200 | 0.840 | 264 | {MISSING} |",
-        f"| | go-cp / xdscore | 3.00{X} | | 8.00{X} | | 2.50{X} | 7.00{X} | 3.00{X} | {MISSING} |",
+        f"| SotW 100 {X} 1000 (5 pushes) | xdscore | 0.50 | 0.80 | 0.400 | 0.100 | 0.95 "
+        "| 0.080 | 0.120 | 88 | 40.0 |",
+        f"|  | go-cp | 1.50 | 0.30 | 1.600 | 0.800 | 0.20 | 0.200 | 0.840 | 264 | {MISSING} |",
+        f"| | go-cp / xdscore | 3.00{X} | | 4.00{X} | 8.00{X} | | 2.50{X} | 7.00{X} | 3.00{X} "
+        f"| {MISSING} |",
     ]
     columns = HEADER.splitlines()[0].count("|")
     assert all(line.count("|") == columns for line in lines)
@@ -184,10 +193,10 @@ def test_the_table_shows_both_servers_then_their_ratios() -> None:
 
 def test_the_table_says_why_a_server_has_no_figures_and_gives_no_ratio() -> None:
     failed = table([(POINT, {"xdscore": OURS, "go-cp": "failed: timed out"})]).splitlines()
-    assert failed[3] == "|  | go-cp | failed: timed out | | | | | | | |"
+    assert failed[3] == "|  | go-cp | failed: timed out | | | | | | | | |"
     assert len(failed) == 4
     piped = table([(POINT, {"xdscore": "failed: a | b\nc"})]).splitlines()
-    assert piped[2] == f"| {POINT.label} (5 pushes) | xdscore | failed: a \\| b c | | | | | | | |"
+    assert piped[2] == f"| {POINT.label} (5 pushes) | xdscore | failed: a \\| b c | | | | | | | | |"
     alone = table([(POINT, {"xdscore": OURS})]).splitlines()
     assert len(alone) == 3
     assert "go-cp" not in "\n".join(alone)
@@ -205,7 +214,7 @@ def _context() -> Context:
 
 
 def test_the_section_holds_context_table_commands_and_partial_runs_say_so() -> None:
-    rows = [(POINT, {"xdscore": OURS})]
+    rows = {"grpcio": [(POINT, {"xdscore": OURS})], "h2": [(POINT, {"xdscore": OURS})]}
     block = section(_context(), rows, {"xdscore": 45.25}, planned=2)
     assert block.startswith(START + "\n")
     assert block.endswith(END)
@@ -220,6 +229,27 @@ def test_the_section_holds_context_table_commands_and_partial_runs_say_so() -> N
     )
     assert "Only" not in section(_context(), rows, {}, planned=1)
     assert "no stream" not in section(_context(), rows, {}, planned=1)
+
+
+def test_the_section_has_a_table_per_client_mode_and_judges_each_issue_on_its_own() -> None:
+    rows = {"grpcio": [(POINT, {"xdscore": OURS})], "h2": [(POINT, {"xdscore": PEER})]}
+    block = section(_context(), rows, {}, planned=1)
+    neutral, own = block.index("With grpc-core clients"), block.index("With the project's own")
+    assert neutral < own
+    assert block.count(HEADER) == 2
+    # each mode's figures under its own heading: OURS's initial CPU with grpc-core, PEER's with h2
+    assert "| 0.400 |" in block[neutral:own]
+    assert "| 1.600 |" in block[own:]
+    cpu, timing = block.index("Issue 32's targets"), block.index("Issue 17's targets")
+    assert neutral < own < cpu < timing
+    assert block[cpu:timing].count("\n* ") == len(cpu_verdicts([]))
+    only_neutral = section(_context(), {"grpcio": rows["grpcio"]}, {}, planned=1)
+    assert "Issue 17" not in only_neutral
+    assert "the project's own clients" not in only_neutral
+
+
+def test_the_matrix_runs_the_grpc_core_clients_first_then_the_projects() -> None:
+    assert CLIENTS == ("grpcio", "h2")
 
 
 def test_the_block_between_the_markers_is_replaced_whole() -> None:
@@ -382,7 +412,7 @@ def _run() -> list[tuple[Point, dict[str, Figures | str]]]:
 
 
 def test_targets_are_judged_from_the_run() -> None:
-    initial, push, delta, large_push, large_rss, memory = verdicts(_run())
+    initial, push, delta, large_push, large_rss, memory = timing_verdicts(_run())
     # 4.0 / 1.0, 5.0 / 2.0, 20 / 5: one point under 3x misses it; the failed peer is left out
     assert initial.met is False
     assert initial.measured == (
@@ -406,17 +436,95 @@ def test_targets_are_judged_from_the_run() -> None:
 
 def test_targets_without_the_peer_are_not_judged_where_they_need_it() -> None:
     alone = [(point, {"xdscore": outcomes["xdscore"]}) for point, outcomes in _run()]
-    initial, push, delta, large_push, large_rss, memory = verdicts(alone)
+    initial, push, delta, large_push, large_rss, memory = timing_verdicts(alone)
     for verdict in (initial, push, large_rss):
         assert verdict.met is None
         assert verdict.measured == "not measured in this run"
     assert delta.met is False
     assert large_push.met is True
     assert memory.met is True
-    assert [v.met for v in verdicts([])] == [None] * 6
+    assert [v.met for v in timing_verdicts([])] == [None] * 6
+    assert [v.met for v in cpu_verdicts(alone)] == [None] * 3
+    assert [v.met for v in cpu_verdicts([])] == [None] * 3
+
+
+def _cpu_run(pure_push: float) -> list[tuple[Point, dict[str, Figures | str]]]:
+    """Server CPU figures at three points, with the pure build beside the compiled one."""
+    sotw = Point(protocol="sotw", clients=1000, clusters=100)
+    delta = Point(protocol="delta", clients=1000, clusters=100)
+    small = Point(protocol="sotw", clients=100, clusters=1000)
+    return [
+        (
+            sotw,
+            {
+                "xdscore": _figures(initial_cpu_s=0.5, cpu_per_push_s=0.08),
+                "go-cp": _figures(initial_cpu_s=1.5, cpu_per_push_s=0.9),
+                "xdscore-pure": _figures(initial_cpu_s=0.7, cpu_per_push_s=pure_push),
+            },
+        ),
+        (
+            delta,
+            {
+                "xdscore": _figures(initial_cpu_s=0.6, cpu_per_push_s=0.1),
+                "go-cp": _figures(initial_cpu_s=1.5, cpu_per_push_s=0.95),
+                "xdscore-pure": "failed: timed out",
+            },
+        ),
+        (
+            small,
+            {
+                "xdscore": _figures(initial_cpu_s=0.1, cpu_per_push_s=0.1),
+                "go-cp": _figures(initial_cpu_s=1.4, cpu_per_push_s=0.5),
+            },
+        ),
+    ]
+
+
+def test_issue_32s_targets_are_ratios_of_server_cpu() -> None:
+    initial, push, pure = cpu_verdicts(_cpu_run(pure_push=0.1))
+    # 1.5 / 0.5 = 3x, 1.5 / 0.6 = 2.5x, 1.4 / 0.1 = 14x: one point under 3x misses it
+    assert initial.met is False
+    assert initial.measured == (
+        f"SotW 1000 {X} 100 3.00{X}, Delta 1000 {X} 100 2.50{X}, SotW 100 {X} 1000 14.00{X}"
+    )
+    # per push at N = 1000 only: 0.9 / 0.08 = 11.25x, 0.95 / 0.1 = 9.5x
+    assert push.met is False
+    assert push.measured == f"SotW 1000 {X} 100 11.25{X}, Delta 1000 {X} 100 9.50{X}"
+    # pure over compiled where both measured: 0.7 / 0.5 initial, 0.1 / 0.08 per push
+    assert pure.met is True
+    assert pure.measured == f"SotW 1000 {X} 100 1.40{X} / 1.25{X}"
+    assert cpu_verdicts(_cpu_run(pure_push=0.13))[2].met is False  # 1.625x per push
 
 
 def test_a_verdict_is_one_list_item() -> None:
     assert verdict_line(Verdict("a target", "1.0 s", True)) == "* **met**: a target: 1.0 s."
     assert verdict_line(Verdict("a target", "2.0 s", False)) == "* **missed**: a target: 2.0 s."
     assert verdict_line(Verdict("a target", "none", None)) == "* not judged: a target: none."
+
+
+def test_the_matrix_page_shows_no_path_of_this_machine() -> None:
+    import run
+
+    venv = "/somewhere/venv/bin/python"
+    line = (
+        f"{sys.executable} {run.ROOT}/benchmarks/run.py --matrix --python {venv}; "
+        f"SERVER='{venv} benchmarks/xds_server.py'; peer {run.ROOT.parent}/shared/peers/x"
+    )
+    shown = run._anonymous(line, venv)
+    assert str(run.ROOT) not in shown
+    assert venv not in shown
+    assert shown == (
+        "python benchmarks/run.py --matrix --python $VENV/bin/python; "
+        "SERVER='$VENV/bin/python benchmarks/xds_server.py'; peer ../shared/peers/x"
+    )
+
+
+def test_the_build_measured_is_the_one_the_servers_python_loads() -> None:
+    import run
+
+    build = run.loaded_build(sys.executable)
+    assert build.startswith(("compiled", "pure", "partially compiled")), build
+    note = run._build("/other/python", "compiled: 3 modules by mypyc")
+    assert "`--python`" in note
+    assert "XDSCORE_PURE=1" in note
+    assert "XDSCORE_PURE=1" not in run._build(sys.executable, "pure Python")

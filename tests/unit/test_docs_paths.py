@@ -15,15 +15,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 MACHINE_PATH = re.compile(r"(?<![\w.])/(?:home|Users|root|work|mnt|srv|opt|var/folders)/\S+")
 PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])
-# docs/benchmarks.md is being rewritten as "what holds now" on its own branch, which takes
-# out the paths of the machine its rounds ran on; it joins this check with that rewrite.
-NOT_YET = {"benchmarks.md"}
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_machine_path(page: Path) -> None:
-    if page.name in NOT_YET:
-        pytest.skip("rewritten on its own branch")
     found = [
         f"{page.relative_to(ROOT)}:{number}: {match.group(0)}"
         for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1)

@@ -16,11 +16,13 @@ class Wakeup:
     several times that); it is cancelled as any other await is.
     """
 
-    __slots__ = ("_raised", "_waiter")
+    __slots__ = ("_loop", "_raised", "_waiter")
 
     def __init__(self, *, raised: bool = False) -> None:
         self._raised = raised
         self._waiter: asyncio.Future[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        """The loop of the first wait (asking asyncio for it costs a ``getpid`` call)."""
 
     @property
     def raised(self) -> bool:
@@ -40,7 +42,9 @@ class Wakeup:
         """Return once the flag is raised, lowering it; or at ``until`` (a
         ``time.monotonic()`` time), if given, leaving it as it is."""
         if not self._raised:
-            loop = asyncio.get_running_loop()
+            loop = self._loop
+            if loop is None:
+                loop = self._loop = asyncio.get_running_loop()
             future = self._waiter = loop.create_future()
             timer = None
             if until is not None:

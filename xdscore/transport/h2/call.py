@@ -225,7 +225,7 @@ class Call(Stream):
             # frame (one WINDOW_UPDATE per request was half of what a stream's sync sent).
             if self._uncredited and (buffer or self._uncredited >= STREAM_WINDOW // 2):
                 self._credit()
-            self._readable = asyncio.get_running_loop().create_future()
+            self._readable = self._connection.loop.create_future()
             try:
                 await self._readable
             finally:
@@ -329,7 +329,7 @@ class Call(Stream):
     async def _wait_window(self) -> None:
         if self._over():
             raise StreamClosed("the stream is closed")
-        self._window_open = asyncio.get_running_loop().create_future()
+        self._window_open = self._connection.loop.create_future()
         try:
             await self._window_open
         finally:
@@ -396,4 +396,4 @@ class Call(Stream):
         state = self.state
         if state is RESET_RECEIVED or state is RESET_SENT or self._connection.closing:
             return
-        await asyncio.get_running_loop().create_future()
+        await self._connection.loop.create_future()

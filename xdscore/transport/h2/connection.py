@@ -173,6 +173,10 @@ _HELD_PAUSED: Final = ReadState.HELD_PAUSED
 class Connection(asyncio.Protocol):
     """The server side of one HTTP/2 connection carrying gRPC calls."""
 
+    loop: asyncio.AbstractEventLoop
+    """The event loop the connection runs in (set once connected: asking asyncio for the
+    running loop costs a system call, ``getpid``, each time)."""
+
     def __init__(
         self,
         route: Route,
@@ -244,6 +248,7 @@ class Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # A stream transport (uvloop's are not subclasses of asyncio's).
         self._transport = cast(asyncio.Transport, transport)
+        self.loop = asyncio.get_running_loop()
         self._opened = time.monotonic()
         address = transport.get_extra_info("peername")
         if address:
@@ -320,7 +325,7 @@ class Connection(asyncio.Protocol):
                 # After the tasks this read woke: what they answer at once goes in the
                 # same write as the frames this read queued (a SETTINGS ACK, credit).
                 self._flush_scheduled = True
-                asyncio.get_running_loop().call_soon(self.flush)
+                self.loop.call_soon(self.flush)
 
     def _read_preface(self) -> bool:
         buffer = self._buffer
@@ -624,14 +629,14 @@ class Connection(asyncio.Protocol):
             call.deadline = _timeout(timeout)
         self.calls[stream_id] = call
         self._syncing_calls += 1
-        call.task = asyncio.get_running_loop().create_task(handler(call))
+        call.task = self.loop.create_task(handler(call))
 
     def _refuse(self, call: Call, status: int) -> None:
         """Answer a request that is not gRPC with HTTP ``status`` (its own task: the body
         waits for the client's window; the stream counts as open until it is sent)."""
         call.is_synced = True
         self.calls[call.id] = call
-        call.task = asyncio.get_running_loop().create_task(call.refuse(status, REFUSAL_TEXT))
+        call.task = self.loop.create_task(call.refuse(status, REFUSAL_TEXT))
 
     def _window_update(self, stream_id: int, payload: memoryview) -> None:
         if len(payload) != 4:
@@ -818,7 +823,7 @@ class Connection(asyncio.Protocol):
         self._out.extend(chunks)
         if not self._flush_scheduled and self._reading is not _PARSING:
             self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self.flush)
+            self.loop.call_soon(self.flush)
 
     def flush_now(self) -> None:
         """A message is queued: write it now, with whatever else is queued, unless frames
@@ -836,7 +841,7 @@ class Connection(asyncio.Protocol):
         if self.syncing:
             if not self._flush_scheduled:
                 self._flush_scheduled = True
-                asyncio.get_running_loop().call_soon(self.flush)
+                self.loop.call_soon(self.flush)
             return
         self.flush()
 
@@ -859,7 +864,7 @@ class Connection(asyncio.Protocol):
     async def drained(self) -> None:
         """Return once the socket's write buffer is below its high-water mark."""
         while self.paused and not self.closing:
-            self._drained = asyncio.get_running_loop().create_future()
+            self._drained = self.loop.create_future()
             try:
                 await self._drained
             finally:
@@ -917,7 +922,7 @@ class Connection(asyncio.Protocol):
         if self.closing or not self.half_closed():
             return
         if self._streams_done is None:
-            self._streams_done = asyncio.get_running_loop().create_future()
+            self._streams_done = self.loop.create_future()
         await asyncio.shield(self._streams_done)
 
     def _left_half_closed(self, before: StreamState, after: StreamState) -> None:
@@ -975,7 +980,7 @@ class Connection(asyncio.Protocol):
             transport.write_eof()
         else:
             transport.close()
-        asyncio.get_running_loop().call_later(self._limits.close_grace, transport.abort)
+        self.loop.call_later(self._limits.close_grace, transport.abort)
 
     def _abuse(self, reason: CutReason, flood: Bucket) -> None:
         if self.closing:
