@@ -21,6 +21,7 @@ from xdscore.cache import content_revision
 from xdscore.config import load_directory
 from xdscore.etcd._check import evaluate
 from xdscore.etcd._layout import encode_state, resource_key
+from xdscore.server._revisions import _mentions
 from xdscore.transport._admin import AdminApp
 from xdscore.wire._messages import make_resource
 
@@ -261,3 +262,13 @@ def test_etcd_keys_and_mod_revisions_are_the_provenance() -> None:
     snapshot = evaluation.snapshot(mods={key: 7}, revision=9, prefix=prefix)
     assert snapshot.source_of(CLUSTER, "a") == f"{key} (mod revision 7)"
     assert (snapshot.label, snapshot.store_revision) == ("etcd revision 9 under /xds/", 9)
+
+
+def test_a_nack_message_names_a_resource_as_a_word_of_its_own() -> None:
+    message = "Error adding/updating listener(s) listener_blocked: cannot bind '127.0.0.1:1'"
+    assert _mentions(message, "listener_blocked")
+    assert not _mentions(message, "listener_block")
+    assert not _mentions(message, "blocked")
+    assert _mentions("cluster a.b.", "a.b")
+    assert not _mentions("cluster a.bc", "a.b")
+    assert not _mentions("route r:1 refused", "r")

@@ -1,4 +1,5 @@
-"""``xdscore apply DIR --etcd URL``: write a config directory to etcd in one transaction."""
+"""``xdscore apply DIR --etcd URL``: write a config directory to etcd in one transaction,
+and with ``--wait``, wait until every proxy holds it (see :mod:`._wait`)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from ..config import (
 from ..etcd import DEFAULT_PREFIX, EtcdError, apply_state
 from ._common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, connect_etcd, directory_problem
 from ._common import positive as _positive
+from ._wait import add_wait_flags, render, wait_for
 
 __all__ = ["add_parser", "run"]
 
@@ -56,12 +58,22 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="BYTES",
         help=f"as for serve (default {DEFAULT_MAX_CONFIG_BYTES})",
     )
+    apply.add_argument(
+        "--wait",
+        action="store_true",
+        help="then wait until every proxy connected to the replicas named by --admin holds "
+        "the revision (exit 0), or one rejects it or does not answer in --timeout (exit 1)",
+    )
+    add_wait_flags(apply, required=False)
 
 
 async def run(args: argparse.Namespace) -> int:
     """Run ``apply``; the exit status (0 applied or nothing to do, 1 refused or etcd failed,
     2 bad arguments)."""
     directory: Path = args.directory
+    if args.wait and not args.admin:
+        print("xdscore: apply --wait needs --admin HOST:PORT (each replica's)", file=sys.stderr)
+        return EXIT_USAGE
     missing = directory_problem(directory)
     if missing is not None:
         print(f"xdscore: cannot apply {directory}: {missing}", file=sys.stderr)
@@ -98,4 +110,10 @@ async def run(args: argparse.Namespace) -> int:
         print(f"applied {summary} under {args.prefix}: revision {result.revision}")
     else:
         print(f"no change under {args.prefix}: etcd is at revision {result.revision}")
-    return EXIT_OK
+    if not args.wait or args.dry_run:
+        return EXIT_OK
+    # The replicas name the state by its content: the same id as this snapshot's.
+    print(f"waiting for every proxy to hold revision {snapshot.revision}", flush=True)
+    outcome, answers = await wait_for(args.admin, snapshot.revision, args.timeout)
+    print(render(outcome, answers, "text"))
+    return EXIT_OK if outcome.converged else EXIT_FAILED

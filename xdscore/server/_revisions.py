@@ -262,11 +262,14 @@ class _Position:
 
 
 _NAME_EDGE = r"[A-Za-z0-9_.\-/:]"
+_NAME_END = r"(?![A-Za-z0-9_\-/])(?![.:][A-Za-z0-9_\-/])"
+"""After a name: not more of a name (``.`` or ``:`` ends it when a space or the end
+follows: ``listener(s) listener_blocked: cannot bind``)."""
 
 
 def _mentions(message: str, name: str) -> bool:
     """Whether ``message`` names ``name`` as a word of its own."""
-    return re.search(rf"(?<!{_NAME_EDGE}){re.escape(name)}(?!{_NAME_EDGE})", message) is not None
+    return re.search(rf"(?<!{_NAME_EDGE}){re.escape(name)}{_NAME_END}", message) is not None
 
 
 def _quantile(ordered: list[float], fraction: float) -> float:
