@@ -597,11 +597,12 @@ class RevisionLog:
             if observe and revision.changed and self._metrics is not None:
                 self._metrics.revision_seconds.observe(now - revision.adopted_at)
             if revision.changed:
+                changed = len(revision.changed)
                 log.info(
-                    "revision %s converged: %d proxies changed, the last %.3f s after it was "
-                    "adopted",
+                    "revision %s converged: %d %s changed, the last %.3f s after it was adopted",
                     revision.id,
-                    len(revision.changed),
+                    changed,
+                    "proxy" if changed == 1 else "proxies",
                     now - revision.adopted_at,
                 )
 
