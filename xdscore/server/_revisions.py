@@ -136,6 +136,7 @@ class Revision:
         "left",
         "left_count",
         "pending",
+        "reported",
         "seq",
         "store_revision",
     )
@@ -167,6 +168,8 @@ class Revision:
         """When no stream was pending for it any more (monotonic)."""
         self.left: list[str] = []
         self.left_count = 0
+        self.reported = False
+        """Its convergence was observed (in the metric and the log), once."""
 
     @property
     def snapshot(self) -> Snapshot | None:
@@ -594,16 +597,20 @@ class RevisionLog:
         revision.pending -= 1
         if revision.pending == 0 and revision.completed_at is None:
             revision.completed_at = now
-            if observe and revision.changed and self._metrics is not None:
-                self._metrics.revision_seconds.observe(now - revision.adopted_at)
-            if revision.changed:
+            if revision.changed and not revision.reported:
+                # Once per revision (a stream that opens later makes it pending again), and
+                # timed to the last proxy it changed, not to a later one's first sync.
+                revision.reported = True
+                seconds = max(revision.latencies)
+                if observe and self._metrics is not None:
+                    self._metrics.revision_seconds.observe(seconds)
                 changed = len(revision.changed)
                 log.info(
                     "revision %s converged: %d %s changed, the last %.3f s after it was adopted",
                     revision.id,
                     changed,
                     "proxy" if changed == 1 else "proxies",
-                    now - revision.adopted_at,
+                    seconds,
                 )
 
     def _gauge(self) -> None:
