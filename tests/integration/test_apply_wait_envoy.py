@@ -1,10 +1,11 @@
 """``xdscore apply DIR --etcd URL --wait``: two replicas of one etcd prefix, two real Envoys.
 
-One Envoy takes SotW ADS from the first replica, the other Delta ADS from the second. A
-good change returns 0 once both hold it (their config dumps say so); a change both must
-reject (a listener on a port the test holds bound) exits 1 naming each Envoy, its replica,
-the listener, the etcd key and mod revision it came from and Envoy's message; with one
-replica stopped, the wait names it and fails.
+One Envoy takes SotW ADS from the first replica, the other Delta ADS from the second; the
+replicas register themselves under the prefix, and the waits find them there. A good change
+returns 0 once both hold it (their config dumps say so); a change both must reject (a
+listener on a port the test holds bound) exits 1 naming each Envoy, its replica, the
+listener, the etcd key and mod revision it came from and Envoy's message; with one replica
+killed (its registration outlives it until its lease lapses), the wait names it and fails.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from xdscore.testing import Envoy, HttpBackend, envoy_bootstrap, free_port
 
 from ..etcd_support import EtcdServer, running_etcd
 from .test_config_server import render
-from .test_observability_envoy import body, eventually, write_extra_listeners
+from .test_observability_envoy import body, eventually, write_extra_listeners, xdscore
 from .test_replicas_envoy import replicas
 from .test_revisions_envoy import listener_ports
 
@@ -63,8 +64,7 @@ async def test_apply_wait_over_two_replicas(tmp_path: Path, etcd: EtcdServer) ->
             delta = envoy_bootstrap(xds_port=two[1].port, node_id="edge-delta", delta=True)
             async with Envoy(sotw) as one, Envoy(delta) as other:
                 envoys = (one, other)
-                admins = [f"--admin=127.0.0.1:{r.admin}" for r in two]
-                wait = ("--wait", *admins, "--timeout", "20s")
+                wait = ("--wait", "--timeout", "20s")  # the replicas registered in etcd
                 await eventually(lambda: body(first), lambda b: b == "A", "traffic")
                 for replica in two:
                     await eventually(replica.proxies, lambda n: n == 1, "one Envoy each")
@@ -77,6 +77,11 @@ async def test_apply_wait_over_two_replicas(tmp_path: Path, etcd: EtcdServer) ->
                 assert "etcd revision" in out, out
                 for envoy in envoys:
                     assert (await listener_ports(envoy))["listener_0"] == second
+                code, out, err = await xdscore(
+                    "wait", "--etcd", etcd.url, "--prefix", PREFIX, "--timeout", "5s"
+                )
+                assert code == 0, out + err
+                assert out.count("every proxy holds it") == 1, out
 
                 # (2) A change both reject: 1, naming each, with the key it came from.
                 write_extra_listeners(config, listener_good=good, listener_blocked=blocked)
@@ -92,12 +97,12 @@ async def test_apply_wait_over_two_replicas(tmp_path: Path, etcd: EtcdServer) ->
                                   out.splitlines() if line.startswith("NACKED")}  # fmt: skip
                 assert len(replicas_named) == 2, out
 
-                # (3) A replica stopped: the wait names it and fails; the fix still lands
-                # on the other.
-                two[1].process.terminate()
+                # (3) A replica killed: its registration outlives it (until its lease
+                # lapses), and the wait names it and fails; the fix lands on the other.
+                two[1].process.kill()
                 await two[1].process.wait()
                 write_extra_listeners(config, listener_good=good)
-                code, out = await apply(config, etcd.url, "--wait", *admins, "--timeout", "3s")
+                code, out = await apply(config, etcd.url, "--wait", "--timeout", "3s")
                 assert code == 1, out
                 assert f"REPLICA  127.0.0.1:{two[1].admin}: cannot be asked" in out, out
                 ports_now = await listener_ports(one)

@@ -81,7 +81,6 @@ def test_a_replica_that_cannot_be_asked_fails_the_wait(capsys: pytest.CaptureFix
     assert f"REPLICA  127.0.0.1:{closed}: cannot be asked" in out, out
 
 
-def test_apply_wait_needs_the_replicas(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["apply", str(tmp_path), "--etcd", "http://127.0.0.1:1", "--wait"])
-    assert code == 2
-    assert "apply --wait needs --admin" in capsys.readouterr().err
+def test_wait_needs_replicas_to_ask(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["wait", "--timeout", "1s"]) == 2
+    assert "no replica to ask: none given (give --admin or --etcd)" in capsys.readouterr().err

@@ -28,7 +28,18 @@ import anyio.to_thread
 import attrs
 
 from ..config import DEFAULT_RELOAD_TIMEOUT, ConfigError, load_directory_async
-from ._common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, address, directory_problem, duration
+from ..etcd import DEFAULT_PREFIX, EtcdError
+from ..etcd._client import EtcdClient
+from ..etcd._replicas import read_replicas
+from ._common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    address,
+    connect_etcd,
+    directory_problem,
+    duration,
+)
 
 __all__ = [
     "POLL_SECONDS",
@@ -36,6 +47,7 @@ __all__ = [
     "Verdict",
     "add_parser",
     "add_wait_flags",
+    "registered_admins",
     "render",
     "run",
     "verdict",
@@ -176,20 +188,46 @@ async def _ask(admin: tuple[str, int], revision: str, timeout: float) -> Answer:
 
 
 async def wait_for(
-    admins: Sequence[tuple[str, int]], revision: str, timeout: float
+    admins: Sequence[tuple[str, int]],
+    revision: str,
+    timeout: float,
+    unasked: Sequence[Answer] = (),
 ) -> tuple[Verdict, list[Answer]]:
     """Ask every replica until the revision is done everywhere or ``timeout`` passes;
-    ``revision`` "" takes each replica's newest (then the first one's id for the rest)."""
+    ``revision`` "" takes each replica's newest (then the first one's id for the rest).
+    ``unasked``: replicas that cannot be asked at all (they fail the wait)."""
     deadline = time.monotonic() + timeout
     while True:
         left = max(0.5, deadline - time.monotonic())
-        answers = [await _ask(admin, revision, min(left, 5.0)) for admin in admins]
+        asked = [await _ask(admin, revision, min(left, 5.0)) for admin in admins]
         if not revision:
-            revision = next((a.document["id"] for a in answers if a.document), "")
+            revision = next((a.document["id"] for a in asked if a.document), "")
+        answers = [*asked, *unasked]
         outcome = verdict(revision or "(none)", answers)
-        if outcome.done or time.monotonic() >= deadline:
+        # Those that cannot be asked at all fail the wait, and are not waited for.
+        if verdict(revision, asked).done or time.monotonic() >= deadline:
             return outcome, answers
         await anyio.sleep(POLL_SECONDS)
+
+
+async def registered_admins(
+    client: EtcdClient, prefix: str
+) -> tuple[list[tuple[str, int]], list[Answer]]:
+    """The admin endpoints of the replicas registered under ``prefix`` (see
+    :mod:`xdscore.etcd._replicas`), and those registered without one."""
+    admins, unasked = [], []
+    for entry in await read_replicas(client, prefix):
+        if not entry.admin:
+            unasked.append(Answer(f"replica {entry.replica} ({entry.xds})", problem=_NO_ADMIN))
+            continue
+        try:
+            admins.append(address(entry.admin))
+        except argparse.ArgumentTypeError:
+            unasked.append(Answer(entry.admin, problem="registered an address that does not parse"))
+    return admins, unasked
+
+
+_NO_ADMIN = "serves no admin endpoint (serve --admin): it cannot be asked"
 
 
 def add_wait_flags(parser: argparse.ArgumentParser, *, required: bool) -> None:
@@ -200,7 +238,8 @@ def add_wait_flags(parser: argparse.ArgumentParser, *, required: bool) -> None:
         action="append",
         required=required,
         metavar="HOST:PORT",
-        help="the admin endpoint of a replica (`serve --admin`); repeat it for every replica",
+        help="the admin endpoint of a replica (`serve --admin`); repeat it for every replica"
+        + ("" if required else " (default: every replica registered under the prefix)"),
     )
     parser.add_argument(
         "--timeout",
@@ -222,7 +261,18 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "its node, its replica, what it rejected and where that came from, and its message. "
         "Exits 0 when every proxy holds it, 1 otherwise.",
     )
-    add_wait_flags(wait, required=True)
+    add_wait_flags(wait, required=False)
+    wait.add_argument(
+        "--etcd",
+        metavar="URL",
+        help="ask every replica registered under --prefix in this etcd (serve --etcd "
+        "registers each); with --admin, those too",
+    )
+    wait.add_argument(
+        "--prefix",
+        default=DEFAULT_PREFIX,
+        help=f"the key prefix the replicas serve (default {DEFAULT_PREFIX})",
+    )
     which = wait.add_mutually_exclusive_group()
     which.add_argument(
         "--revision",
@@ -255,8 +305,35 @@ async def run(args: argparse.Namespace) -> int:
             print(f"xdscore: cannot wait for {directory}: {exc}", file=sys.stderr)
             return EXIT_FAILED
         revision = snapshot.revision
-    outcome, answers = await wait_for(args.admin, revision, args.timeout)
+    admins: list[tuple[str, int]] = list(args.admin or ())
+    unasked: list[Answer] = []
+    if args.etcd is not None:
+        found = await _registered(args.etcd, args.prefix)
+        if isinstance(found, int):
+            return found
+        admins += [admin for admin in found[0] if admin not in admins]
+        unasked = found[1]
+    if not admins and not unasked:
+        where = f"registered under {args.prefix}" if args.etcd else "given"
+        print(f"xdscore: no replica to ask: none {where} (give --admin or --etcd)", file=sys.stderr)
+        return EXIT_USAGE if args.etcd is None else EXIT_FAILED
+    outcome, answers = await wait_for(admins, revision, args.timeout, unasked)
     print(render(outcome, answers, args.format))
     if not outcome.done and not any(a.problem for a in answers):
         print(f"(gave up after {args.timeout:g} s)", file=sys.stderr)
     return EXIT_OK if outcome.converged else EXIT_FAILED
+
+
+async def _registered(url: str, prefix: str) -> tuple[list[tuple[str, int]], list[Answer]] | int:
+    """The registered replicas' admin endpoints, or the exit status when etcd cannot say."""
+    client = connect_etcd(url, "cannot find the replicas")
+    if isinstance(client, int):
+        return client
+    try:
+        return await registered_admins(client, prefix)
+    except EtcdError as exc:
+        print(f"xdscore: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    finally:
+        with anyio.CancelScope(shield=True):
+            await client.close()

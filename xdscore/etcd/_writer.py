@@ -33,6 +33,7 @@ from ._layout import (
     normalize_prefix,
     range_end,
     range_start,
+    reserved,
     state_digest,
 )
 
@@ -139,8 +140,9 @@ async def apply_state(
         success = [
             ops.Put(key, value) for key, value in desired.items() if current.get(key) != value
         ]
+        # Reserved keys (the marker, replicas' registrations) are not the state's.
         success += [
-            ops.Delete(key) for key in current if key not in desired and key != marker_key(prefix)
+            ops.Delete(key) for key in current if key not in desired and not reserved(prefix, key)
         ]
         success.append(ops.Put(marker_key(prefix), marker))
         guard = ops.Mod(range_start(prefix), range_end(prefix)) < revision + 1
