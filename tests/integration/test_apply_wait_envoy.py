@@ -10,6 +10,7 @@ killed (its registration outlives it until its lease lapses), the wait names it 
 
 from __future__ import annotations
 
+import json
 import socket
 import sys
 from collections.abc import AsyncIterator
@@ -97,10 +98,26 @@ async def test_apply_wait_over_two_replicas(tmp_path: Path, etcd: EtcdServer) ->
                                   out.splitlines() if line.startswith("NACKED")}  # fmt: skip
                 assert len(replicas_named) == 2, out
 
+                # One view: status --etcd asks both, each proxy with its replica.
+                ids = []
+                for replica in two:
+                    page = await replica.status()
+                    assert page is not None
+                    ids.append(page["replica"])
+                status = ("status", "--etcd", etcd.url, "--prefix", PREFIX, "--format", "json")
+                code, out, err = await xdscore(*status)
+                assert code == 0, out + err
+                seen = {(p["node"], p["replica"]) for p in json.loads(out)["proxies"]}
+                assert seen == {("edge-sotw", ids[0]), ("edge-delta", ids[1])}, out
+
                 # (3) A replica killed: its registration outlives it (until its lease
                 # lapses), and the wait names it and fails; the fix lands on the other.
                 two[1].process.kill()
                 await two[1].process.wait()
+                code, out, err = await xdscore(*status)
+                assert code == 1, out + err
+                assert [p["node"] for p in json.loads(out)["proxies"]] == ["edge-sotw"], out
+                assert f"cannot ask replica {ids[1]} at 127.0.0.1:{two[1].port}" in err, err
                 write_extra_listeners(config, listener_good=good)
                 code, out = await apply(config, etcd.url, "--wait", "--timeout", "3s")
                 assert code == 1, out

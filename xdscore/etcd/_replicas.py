@@ -22,7 +22,7 @@ __all__ = ["REPLICA_TTL", "ReplicaEntry", "read_replicas", "register_replica", "
 
 log = logging.getLogger("xdscore.etcd")
 
-REPLICA_TTL = 10
+REPLICA_TTL = 30
 """Seconds a replica's key outlives the replica (its lease's time to live)."""
 
 _FOLDER = ".replicas"
