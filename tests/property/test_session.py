@@ -24,7 +24,8 @@ what the session must say:
   in flight, with the view's revision; once per cache change or response (not again while
   nothing changed); ``changed`` when a response was written since it last settled.
 * ``settled_when_held``: a complete round that writes nothing new, with nothing new in
-  flight and the client holding the view, finds it settled (says so, or had said so).
+  flight and the client holding the view (its last answer of each type an ACK), finds it
+  settled (says so, or had said so).
 """
 
 from __future__ import annotations
@@ -97,6 +98,9 @@ class SessionMachine(RuleBasedStateMachine):
         self.ttl_sent_at: float | None = None
         self.held = False
         """The session said Settled, and nothing changed or was sent since."""
+        self.rejecting: set[str] = set()
+        """Types whose last response the client rejected (SotW: the server cannot tell
+        what the client then holds: it may have dropped names it no longer asks for)."""
         self.sent_since_settled = False
 
     # -- the client ----------------------------------------------------------------------
@@ -142,6 +146,9 @@ class SessionMachine(RuleBasedStateMachine):
         if answer.error_detail is not None:
             self.in_flight.pop(response.type_url, None)
             self.answered.add(response.type_url)
+            self.rejecting.add(response.type_url)
+        else:
+            self.rejecting.discard(response.type_url)
         self._receive(answer)
 
     # -- the server's side ----------------------------------------------------------------
@@ -194,7 +201,7 @@ class SessionMachine(RuleBasedStateMachine):
             assert settled.seq == self.generation
             assert settled.changed == self.sent_since_settled
             self.held, self.sent_since_settled = True, False
-        elif step.only is None and not wrote_news and holds:
+        elif step.only is None and not wrote_news and holds and not self.rejecting:
             # settled_when_held
             assert self.held
         if round.changed is not None:

@@ -414,8 +414,7 @@ class RevisionLog:
             selection.resources.values() if selection is not None else response.resources
         )
         held = fact.held
-        if getattr(response, "heartbeat", False):
-            sent = ()
+        # (What it held at that version it did not reject: a heartbeat names nothing.)
         new = [r for r in sent if (h := held.get(r.name)) is None or h.version != r.version]
         message = nack.error.message
         named = [r for r in new if _mentions(message, r.name)]
