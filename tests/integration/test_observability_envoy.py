@@ -249,3 +249,79 @@ async def test_a_rejected_listener_is_seen_everywhere_then_synced(tmp_path: Path
             server.send_signal(signal.SIGTERM)
             with anyio.fail_after(10):
                 assert await server.wait() == 0
+
+
+def write_extra_listeners(directory: Path, **ports: int) -> None:
+    """``extra.yaml``: one more listener per keyword, named by it, on that port."""
+    template = (DEMO / "listeners.yaml").read_text()
+    documents = [
+        template.replace("name: listener_0", f"name: {name}").replace(
+            "port_value: 10000}", f"port_value: {port}}}"
+        )
+        for name, port in ports.items()
+    ]
+    (directory / "extra.yaml").write_text("---\n".join(documents))
+
+
+@pytest.mark.parametrize("delta", [False, True], ids=["sotw", "delta"])
+async def test_diff_is_clean_after_a_rejected_listener_is_removed(
+    tmp_path: Path, delta: bool
+) -> None:
+    """The incident of issue 33: a change adds two listeners, one of them on a port Envoy
+    cannot bind; Envoy applies the other and NACKs. The operator removes the bad one; Envoy
+    ACKs, and as nothing it holds changes, its dump keeps the labels of the rejected
+    response. The content is the control plane's: ``diff`` is clean and says that only the
+    labels differ."""
+    config = tmp_path / "config"
+    config.mkdir()
+    log = tmp_path / "server.log"
+    with HttpBackend(BODY) as backend, socket.create_server(("127.0.0.1", 0)) as held:
+        first, good, blocked = free_port(), free_port(), int(held.getsockname()[1])
+        xds, admin = free_port(), free_port()
+        write_listener(config, first)
+        render(config, "routes.yaml")
+        render(config, "clusters.yaml")
+        render(config, "endpoints.yaml", BACKEND_A_PORT=backend.port, BACKEND_B_PORT=backend.port)
+        bootstrap = envoy_bootstrap(xds_port=xds, node_id=NODE, delta=delta)
+        async with serve(config, xds, admin, log), Envoy(bootstrap) as envoy:
+            diff_args = ("diff", "--server", f"127.0.0.1:{xds}", "--envoy-admin")
+            diff_args += (envoy.admin_address,)
+            await eventually(lambda: body(first), lambda b: b == BODY, "traffic through Envoy")
+            await eventually(lambda: proxy_types(admin), all_synced, "SYNCED")
+
+            write_extra_listeners(config, listener_good=good, listener_blocked=blocked)
+            await eventually(
+                lambda: proxy_types(admin),
+                lambda t: "lds" in t and t["lds"]["sync"] == "NACKED",
+                "the LDS NACK in /status",
+            )
+            await eventually(lambda: body(good), lambda b: b == BODY, "the good listener")
+            write_extra_listeners(config, listener_good=good)
+            await eventually(
+                lambda: proxy_types(admin),
+                lambda t: all_synced(t) and t["lds"]["acks"] >= 2,
+                "SYNCED after the fix",
+            )
+            code, out, err = await eventually(
+                lambda: xdscore(*diff_args), lambda r: r[0] != 2, "xdscore diff"
+            )
+            assert not err, err
+            protocol = "Delta" if delta else "State of the World"
+            head, *rows = out.splitlines()
+            assert head.startswith(f"node {NODE} ({protocol}): in sync: 7 matching"), out
+            assert code == 0, out
+            if delta:
+                # Envoy applied the good listener of the response it rejected; the control
+                # plane still reports that NACK for it, and diff says Envoy holds it.
+                (row,) = [x for x in rows if x.split()[1:3] == ["lds", "listener_good"]]
+                assert row.startswith("MATCH"), out
+                assert "(ERROR/NACKED)" in row, out
+                assert "yet Envoy holds it as intended" in out, out
+            else:
+                # Envoy applied the good listener from the rejected response, then had
+                # nothing to change: its LDS label is the rejected response's.
+                assert "(2 under other version labels, the same content)" in head, out
+                for name in ("listener_0", "listener_good"):
+                    (row,) = [x for x in rows if x.split()[1:3] == ["lds", name]]
+                    note = rows[rows.index(row) + 1]
+                    assert "the same content under other version labels: LDS version" in note

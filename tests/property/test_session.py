@@ -19,6 +19,13 @@ what the session must say:
 * ``heartbeats_within_the_fraction``: after a response carrying a TTL (or heartbeats, or a
   round when they were due) the next heartbeat is due no later than ``fraction`` of the
   shortest TTL held.
+* ``settled_means_held``: a round says ``Settled`` only when the client holds exactly what
+  the view gives it of every type it asked for (names and versions), nothing but heartbeats
+  in flight, with the view's revision; once per cache change or response (not again while
+  nothing changed); ``changed`` when a response was written since it last settled.
+* ``settled_when_held``: a complete round that writes nothing new, with nothing new in
+  flight and the client holding the view (its last answer of each type an ACK), finds it
+  settled (says so, or had said so).
 """
 
 from __future__ import annotations
@@ -89,6 +96,12 @@ class SessionMachine(RuleBasedStateMachine):
         self.sent: dict[str, tuple[str, str]] = {}
         self.acked: dict[str, str] = {}
         self.ttl_sent_at: float | None = None
+        self.held = False
+        """The session said Settled, and nothing changed or was sent since."""
+        self.rejecting: set[str] = set()
+        """Types whose last response the client rejected (SotW: the server cannot tell
+        what the client then holds: it may have dropped names it no longer asks for)."""
+        self.sent_since_settled = False
 
     # -- the client ----------------------------------------------------------------------
 
@@ -133,6 +146,9 @@ class SessionMachine(RuleBasedStateMachine):
         if answer.error_detail is not None:
             self.in_flight.pop(response.type_url, None)
             self.answered.add(response.type_url)
+            self.rejecting.add(response.type_url)
+        else:
+            self.rejecting.discard(response.type_url)
         self._receive(answer)
 
     # -- the server's side ----------------------------------------------------------------
@@ -142,6 +158,7 @@ class SessionMachine(RuleBasedStateMachine):
         self.generation += 1
         self.view = _snapshot(self.generation)
         self.session.cache_changed(self.now)
+        self.held = False
         if self.changed_at is None:
             self.changed_at = self.now
 
@@ -160,8 +177,12 @@ class SessionMachine(RuleBasedStateMachine):
         at = self.session.heartbeat_at
         if at is not None and self.now >= at:
             self.ttl_sent_at = self.now  # heartbeats were due: the next are planned from now
-        for response in self.session.due(self.view, step.only, self.now):
+        wrote_news = False
+        for response in self.session.due(self.view, step.only, self.now, self.generation):
             self.session.sending(response, round)
+            if not response.heartbeats:
+                wrote_news = self.sent_since_settled = True
+                self.held = False
             since = (
                 None if response.heartbeats else self.waiting.pop(response.type_url, round.changed)
             )
@@ -171,13 +192,38 @@ class SessionMachine(RuleBasedStateMachine):
             if response.carries_ttl or response.heartbeats:
                 self.ttl_sent_at = self.now
             self.wire.append(response)
-        self.session.end(round)
+        settled = self.session.end(round)
+        holds = self._client_holds_the_view() and all(r.heartbeats for r in self.wire)
+        if settled is not None:
+            # settled_means_held
+            assert holds
+            assert not self.held, "settled twice with nothing changed"
+            assert settled.seq == self.generation
+            assert settled.changed == self.sent_since_settled
+            self.held, self.sent_since_settled = True, False
+        elif step.only is None and not wrote_news and holds and not self.rejecting:
+            # settled_when_held
+            assert self.held
         if round.changed is not None:
             for type_url in self.session.records:
                 if type_url not in round.sent:
                     self.waiting.setdefault(type_url, round.changed)
         if not self.in_flight:
             self.waiting.clear()
+
+    def _client_holds_the_view(self) -> bool:
+        for type_url in self.asked:
+            # (What a request means is the protocol's business, checked elsewhere: after
+            # names, an empty list is no names, not the wildcard. The server's reading.)
+            state = self.server.type_state(type_url)
+            assert state is not None
+            wants = state.subscription.wants
+            resources = self.view.resources(type_url) or {}
+            wanted = {n: r.version for n, r in resources.items() if wants(n)}
+            held = {n: r.version for n, r in self.client.holds(type_url).items()}
+            if held != wanted:
+                return False
+        return True
 
     @rule(now=st.booleans())
     def asked_to_finish(self, now: bool) -> None:

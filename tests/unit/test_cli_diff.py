@@ -330,7 +330,8 @@ def test_an_earlier_rejection_does_not_hide_a_match() -> None:
 
 def test_sotw_a_resource_keeps_the_version_that_last_changed_it() -> None:
     """Over SotW the response at v2 changed only cluster b: Envoy shows a at v1, b at v2
-    and the type at v2; the control plane reports both at v2. In sync."""
+    and the type at v2; the control plane reports both at v2. In sync, by content: a's
+    label is said, not held against it."""
     dump = config_dump(
         clusters=[
             {"version_info": V1, "cluster": cluster("a", kind="STATIC")},
@@ -341,11 +342,55 @@ def test_sotw_a_resource_keeps_the_version_that_last_changed_it() -> None:
     reports = [report(cluster("a", kind="STATIC"), V2), report(cluster("b", "2s", "STATIC"), V2)]
     comparison = compare(dump, reports)
     assert comparison.in_sync
-    (a,) = [r for r in comparison.resources if r.name == "a"]
-    assert a.notes == (f"Envoy has held this content since version {V1}",)
-    # The type's version is what must agree.
-    dump["configs"][1]["version_info"] = V1
-    assert states(dump, reports)[("cds", "b")] == "DIFFERS"
+    a, b = comparison.resources
+    assert (a.labels_differ, b.labels_differ) == (True, False)
+    assert a.notes == (
+        f"the same content under other version labels: version: {V1!r} != {V2!r} "
+        "(labels name the response that carried or last changed it)",
+    )
+    head = render_text(comparison).splitlines()[0]
+    assert head.endswith("in sync: 2 matching (1 under other version labels, the same content)")
+
+
+def test_sotw_only_labels_differ_after_a_rejected_response() -> None:
+    """Issue 33: Envoy applied part of a response it rejected (v2) and has had nothing to
+    change since; the control plane's label is v3. Same content: in sync, labels said."""
+    dump = config_dump(listeners=[active_listener(listener(), V2)], lds_version=V2)
+    comparison = compare(dump, [report(listener(), "v3")])
+    assert comparison.in_sync
+    (lds,) = comparison.resources
+    assert (lds.state, lds.labels_differ, lds.fields) == ("MATCH", True, ())
+    assert f"labels: LDS version: {V2!r} != 'v3' (labels" in lds.notes[0]
+    assert render_json(comparison)["labels_differ"] == 1
+
+
+def test_labels_count_where_the_content_cannot_be_compared() -> None:
+    """Without the control plane's content, the labels are all there is to compare."""
+    dump = config_dump(listeners=[active_listener(listener(), V2)], lds_version=V2)
+    unknown = report(None, "v3", type_url=LISTENER, name="listener_0")
+    (lds,) = compare(dump, [unknown]).resources
+    assert lds.state == "DIFFERS"
+    assert lds.fields == (f"LDS version: {V2!r} != 'v3'",)
+    assert not lds.labels_differ
+    # The content differs: the fields say how, and the type's label is shown with them.
+    (lds,) = compare(dump, [report(listener(20000), "v3")]).resources
+    assert lds.state == "DIFFERS"
+    assert lds.fields[0] == f"LDS version: {V2!r} != 'v3'"
+    assert lds.fields[1].startswith("address.socket_address.port_value: 10000 != 20000")
+
+
+def test_a_nack_of_another_resource_does_not_make_a_held_one_an_error() -> None:
+    """Envoy applied a resource of a response it rejected for another: the control plane
+    reports the NACK, Envoy holds the content meant. It matches, with a note."""
+    dump = config_dump(listeners=[active_listener(listener())])
+    nacked = report(listener(), config="ERROR", client="NACKED", error="cannot bind x")
+    (lds,) = compare(dump, [nacked]).resources
+    assert lds.state == "MATCH"
+    assert lds.plane_error == "cannot bind x"
+    assert "yet Envoy holds it as intended" in lds.notes[-1]
+    # Envoy holding other content: the NACK is an error.
+    (lds,) = compare(dump, [report(listener(20000), config="ERROR", client="NACKED")]).resources
+    assert lds.state == "ERROR"
 
 
 def test_delta_versions_are_per_resource() -> None:
@@ -356,7 +401,10 @@ def test_delta_versions_are_per_resource() -> None:
     )
     assert dump_protocol(dump) == "delta"
     assert states(dump, [report(cluster("a", kind="STATIC"), V1)]) == {("cds", "a"): "MATCH"}
-    differs = compare(dump, [report(cluster("a", kind="STATIC"), V2)]).resources[0]
+    relabelled = compare(dump, [report(cluster("a", kind="STATIC"), V2)]).resources[0]
+    assert (relabelled.state, relabelled.labels_differ) == ("MATCH", True)
+    unknown = report(None, V2, type_url=CLUSTER, name="a")
+    differs = compare(dump, [unknown]).resources[0]
     assert differs.state == "DIFFERS"
     assert differs.fields == (f"version: {V1!r} != {V2!r}",)
 

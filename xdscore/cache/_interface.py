@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Protocol
+from collections.abc import Callable, Hashable
+from typing import TYPE_CHECKING, Protocol
 
 from ..protocol._view import ResourceView
 from ..wire._records import Node
 
-__all__ = ["Cache", "Cancel", "Notify"]
+if TYPE_CHECKING:
+    from ._snapshot import Snapshot
+
+__all__ = ["Adopted", "Cache", "Cancel", "Notify"]
 
 Notify = Callable[[], None]
 """Called, synchronously and without arguments, when what a watcher sees may have changed."""
 
 Cancel = Callable[[], None]
 """Stops a watch; calling it twice is harmless."""
+
+Adopted = Callable[[Hashable, "Snapshot"], None]
+"""Called with a group's key and the snapshot it now serves, once its watchers were told."""
 
 
 class Cache(Protocol):
@@ -46,6 +52,13 @@ class Cache(Protocol):
         """Call ``callback`` with the type URL of each type a write changes, until
         cancelled (debounce then gives each kind its own window). By default the cache
         cannot tell: nothing is called, and every change counts as the slow kind."""
+        return _nothing
+
+    def on_snapshot(self, callback: Adopted) -> Cancel:
+        """Call ``callback(key, snapshot)`` each time a group is given a snapshot to serve,
+        after the group's watchers were told, until cancelled: each call is a revision the
+        server tracks (see :mod:`xdscore.server._revisions`). By default the cache has no
+        snapshots to tell of: nothing is called."""
         return _nothing
 
     def scope_of(self, node: Node) -> str | None:

@@ -11,7 +11,7 @@ from ..protocol._subscription import Subscription
 from ..protocol._view import ResourceView, Selection
 from ..wire._records import Node
 from ..wire._resource import Resource
-from ._interface import Cache, Cancel, Notify
+from ._interface import Adopted, Cache, Cancel, Notify
 
 __all__ = ["MuxCache"]
 
@@ -94,6 +94,16 @@ class MuxCache(Cache):
     def on_update(self, callback: Callable[[str], None]) -> Cancel:
         """Forward ``callback`` to every routed cache that reports its updates."""
         cancels = [cache.on_update(callback) for cache in self._caches]
+
+        def cancel() -> None:
+            for each in cancels:
+                each()
+
+        return cancel
+
+    def on_snapshot(self, callback: Adopted) -> Cancel:
+        """Forward ``callback`` to every routed cache that has snapshots to tell of."""
+        cancels = [cache.on_snapshot(callback) for cache in self._caches]
 
         def cancel() -> None:
             for each in cancels:

@@ -42,7 +42,7 @@ from ..wire._typeurls import (
     SECRET,
     all_types,
 )
-from ._interface import Cache, Cancel, Notify
+from ._interface import Adopted, Cache, Cancel, Notify
 from ._selections import SelectionMemo
 from ._watchers import _call
 
@@ -472,6 +472,15 @@ class ScopedCache(Cache):
     def on_update(self, callback: Callable[[str], None]) -> Cancel:
         """Forward ``callback`` to the source, when it reports its updates."""
         observe = getattr(self.source, "on_update", None)
+        if observe is None:
+            return lambda: None
+        cancel: Cancel = observe(callback)
+        return cancel
+
+    def on_snapshot(self, callback: Adopted) -> Cancel:
+        """Forward ``callback`` to the source, when it has snapshots to tell of (called once
+        the scopes' streams whose view changed were told)."""
+        observe = getattr(self.source, "on_snapshot", None)
         if observe is None:
             return lambda: None
         cancel: Cancel = observe(callback)

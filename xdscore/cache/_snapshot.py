@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Iterator, Mapping
 from types import MappingProxyType
 from typing import Any
@@ -11,11 +12,17 @@ import attrs
 from ..protocol._subscription import EVERYTHING, Subscription
 from ..protocol._view import Selection
 from ..wire._messages import make_resource
-from ..wire._resource import Resource
+from ..wire._resource import VERSION_BYTES, Resource
 from ..wire._typeurls import type_info
 from ._selections import SelectionMemo
 
-__all__ = ["Inconsistency", "Snapshot", "SnapshotError"]
+__all__ = ["REVISION_BYTES", "Inconsistency", "Snapshot", "SnapshotError", "content_revision"]
+
+REVISION_BYTES = 8
+"""Digest size of a revision id (16 hex digits)."""
+
+Provenance = Mapping[tuple[str, str], str] | str | None
+"""Where a snapshot's resources came from: by (type URL, name), or one label for all."""
 
 
 class SnapshotError(ValueError):
@@ -49,11 +56,34 @@ class Snapshot:
     [`Resource`][xdscore.Resource] values, protobuf messages or betterproto2 messages.
     Selections are memoised, so every stream with the same subscription shares one encoded
     response body.
+
+    ``provenance`` says where the resources came from, for status pages, logs and the NACK
+    report (a file and document, an etcd key, a label of yours): by ``(type_url, name)``, or
+    one string for every resource. ``label`` names the whole state (``"etcd revision 7
+    under /mesh"``), and ``store_revision`` is the revision of the store it was read from
+    (an etcd revision), when there is one. None of them is part of the content: two
+    snapshots of the same resources have the same :attr:`revision` whatever they say.
     """
 
-    __slots__ = ("__weakref__", "_by_type", "_memo")
+    __slots__ = (
+        "__weakref__",
+        "_by_type",
+        "_memo",
+        "_provenance",
+        "_revision",
+        "label",
+        "store_revision",
+    )
 
-    def __init__(self, resources: Iterable[Resource | Any] = (), *, types: Iterable[str] = ()):
+    def __init__(
+        self,
+        resources: Iterable[Resource | Any] = (),
+        *,
+        types: Iterable[str] = (),
+        provenance: Provenance = None,
+        label: str = "",
+        store_revision: int | None = None,
+    ):
         by_type: dict[str, dict[str, Resource]] = {type_url: {} for type_url in types}
         for item in resources:
             resource = item if isinstance(item, Resource) else make_resource(item)
@@ -68,6 +98,28 @@ class Snapshot:
             type_url: MappingProxyType(names) for type_url, names in by_type.items()
         }
         self._memo = SelectionMemo()
+        self._provenance = provenance
+        self._revision: str | None = None
+        self.label = label
+        """What this state is, in a few words (``""``: nothing said)."""
+        self.store_revision = store_revision
+        """The revision of the store it was read from (an etcd revision), if any."""
+
+    @property
+    def revision(self) -> str:
+        """The id of this state: a hash of the content versions of every type it is
+        authoritative for (see :func:`content_revision`), the same on every replica that
+        holds the same resources. Computed once, on first use."""
+        if self._revision is None:
+            self._revision = content_revision(self._by_type)
+        return self._revision
+
+    def source_of(self, type_url: str, name: str) -> str | None:
+        """Where the resource ``name`` of ``type_url`` came from, if the snapshot was told."""
+        provenance = self._provenance
+        if provenance is None or isinstance(provenance, str):
+            return provenance
+        return provenance.get((type_url, name))
 
     @property
     def type_urls(self) -> frozenset[str]:
@@ -129,3 +181,17 @@ class Snapshot:
                             )
                         )
         return found
+
+
+def content_revision(by_type: Mapping[str, Mapping[str, Resource]]) -> str:
+    """A revision id for resources by type URL: a hash of each type's content version (the
+    version a :class:`~xdscore.cache.Selection` of all of them has, over its names and
+    versions), in type URL order. O(resources), and nothing is kept: no selection is made."""
+    digest = hashlib.blake2b(digest_size=REVISION_BYTES)
+    for type_url in sorted(by_type):
+        resources = by_type[type_url]
+        version = hashlib.blake2b(type_url.encode(), digest_size=VERSION_BYTES)
+        for name in sorted(resources):
+            version.update(b"\x00" + name.encode() + b"\x01" + resources[name].version.encode())
+        digest.update(type_url.encode() + b"\x00" + version.hexdigest().encode() + b"\x00")
+    return digest.hexdigest()

@@ -6,9 +6,9 @@ from collections.abc import Callable, Hashable, Mapping
 
 from ..wire._records import Node
 from ..wire._resource import Resource
-from ._interface import Cache, Cancel, Notify
+from ._interface import Adopted, Cache, Cancel, Notify
 from ._snapshot import Snapshot, SnapshotError
-from ._watchers import Updates, Watchers
+from ._watchers import Adoptions, Updates, Watchers
 
 __all__ = ["NodeGroup", "SnapshotCache", "by_node_id", "same_for_all"]
 
@@ -40,6 +40,7 @@ class SnapshotCache(Cache):
         self._snapshots: dict[Hashable, Snapshot] = {}
         self._watchers = Watchers()
         self._updates = Updates()
+        self._adoptions = Adoptions()
 
     def key(self, node: Node) -> Hashable:
         """The group key of ``node``."""
@@ -59,6 +60,7 @@ class SnapshotCache(Cache):
         self._snapshots[key] = snapshot
         self._watchers.notify(key)
         self._updates.tell(_changed_types(previous, snapshot))
+        self._adoptions.tell(key, snapshot)
 
     def clear_snapshot(self, key: Hashable) -> None:
         """Forget the group's snapshot; its clients keep what they have and get nothing new."""
@@ -89,6 +91,11 @@ class SnapshotCache(Cache):
     def on_update(self, callback: Callable[[str], None]) -> Cancel:
         """Call ``callback(type_url)`` for each type a new snapshot changes (for metrics)."""
         return self._updates.add(callback)
+
+    def on_snapshot(self, callback: Adopted) -> Cancel:
+        """Call ``callback(key, snapshot)`` after each ``set_snapshot``, once the group's
+        watchers were told (the server makes each a revision)."""
+        return self._adoptions.add(callback)
 
     def watcher_count(self) -> int:
         """How many streams are watching (for status pages and tests)."""

@@ -5,10 +5,11 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Callable, Hashable, Iterable
+from typing import Any
 
 from ._interface import Cancel, Notify
 
-__all__ = ["Updates", "Watchers"]
+__all__ = ["Adoptions", "Updates", "Watchers"]
 
 log = logging.getLogger("xdscore.cache")
 
@@ -87,3 +88,30 @@ class Updates:
                     callback(type_url)
                 except Exception:
                     log.exception("cache update callback failed")
+
+
+class Adoptions:
+    """Callbacks told each snapshot a group is given (for revisions)."""
+
+    __slots__ = ("_callbacks",)
+
+    def __init__(self) -> None:
+        self._callbacks: list[Callable[[Hashable, Any], None]] = []
+
+    def add(self, callback: Callable[[Hashable, Any], None]) -> Cancel:
+        """Register ``callback``; the returned callable removes it."""
+        self._callbacks.append(callback)
+
+        def cancel() -> None:
+            if callback in self._callbacks:
+                self._callbacks.remove(callback)
+
+        return cancel
+
+    def tell(self, key: Hashable, snapshot: Any) -> None:
+        """Tell every callback; a failing one is logged."""
+        for callback in list(self._callbacks):
+            try:
+                callback(key, snapshot)
+            except Exception:
+                log.exception("snapshot callback failed")

@@ -14,7 +14,7 @@ from typing import NoReturn
 import anyio
 
 from ..server import loop_options
-from . import _analyze, _apply, _bootstrap, _diff, _serve, _status
+from . import _analyze, _apply, _bootstrap, _diff, _serve, _status, _wait
 from ._common import EXIT_USAGE, LOG_LEVELS, set_up_logging
 
 __all__ = ["console", "main"]
@@ -31,7 +31,12 @@ EXAMPLES = {
   xdscore serve ./config --tls-cert server.pem --tls-key server-key.pem --client-ca ca.pem""",
     "apply": """\
   xdscore apply ./config --etcd http://127.0.0.1:2379 --dry-run
-  xdscore apply ./config --etcd http://127.0.0.1:2379 --prefix /xds""",
+  xdscore apply ./config --etcd http://127.0.0.1:2379 --prefix /xds
+  xdscore apply ./config --etcd http://127.0.0.1:2379 --wait \\
+      --admin 10.0.0.5:9000 --admin 10.0.0.6:9000 --timeout 2m""",
+    "wait": """\
+  xdscore wait --admin 127.0.0.1:9000
+  xdscore wait --admin 10.0.0.5:9000 --admin 10.0.0.6:9000 --revision 1a2b3c4d5e6f7a8b""",
     "analyze": """\
   xdscore analyze ./config
   xdscore analyze ./config --format json --min-severity warning""",
@@ -61,10 +66,13 @@ EXAMPLES = {
 
 EXIT_STATUSES = """\
   0  done: serve stopped by a signal, analyze found nothing of ERROR severity, status
-     and dump answered, diff found Envoy in sync
+     and dump answered, diff found Envoy in sync, wait (and apply --wait) saw every
+     proxy hold the revision
   1  the command ran and could not do its work: a configuration serve refuses (analyze
      exits 1 for the same directories), an address it cannot listen on, a server status
-     or dump cannot reach (or that has no such node); for diff, Envoy differs
+     or dump cannot reach (or that has no such node); for diff, Envoy differs; for wait,
+     a proxy rejected the revision or did not answer in time, or a replica could not
+     be asked or never adopted it
   2  the command line is wrong: an unknown flag, a bad value, flags that do not go
      together (scopes.yaml selecting on a node field the identity flags leave free among
      them), a DIR or TLS file that does not exist or does not load; for diff, either
@@ -163,6 +171,7 @@ def _parser() -> argparse.ArgumentParser:
     _analyze.add_parser(commands)
     _status.add_parsers(commands)
     _diff.add_parser(commands)
+    _wait.add_parser(commands)
     _bootstrap.add_parser(commands)
     for name, sub in _subparsers(parser):
         assert isinstance(sub, _Parser)
@@ -191,6 +200,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return anyio.run(_status.run, args)
     if args.command == "diff":
         return anyio.run(_diff.run, args)
+    if args.command == "wait":
+        return anyio.run(_wait.run, args)
     if args.command == "bootstrap":
         return _bootstrap.run(args)
     return EXIT_USAGE

@@ -1,4 +1,5 @@
-"""``xdscore apply DIR --etcd URL``: write a config directory to etcd in one transaction."""
+"""``xdscore apply DIR --etcd URL``: write a config directory to etcd in one transaction,
+and with ``--wait``, wait until every proxy holds it (see :mod:`._wait`)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from ..config import (
 from ..etcd import DEFAULT_PREFIX, EtcdError, apply_state
 from ._common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, connect_etcd, directory_problem
 from ._common import positive as _positive
+from ._wait import Answer, add_wait_flags, registered_admins, render, wait_for
 
 __all__ = ["add_parser", "run"]
 
@@ -56,6 +58,14 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="BYTES",
         help=f"as for serve (default {DEFAULT_MAX_CONFIG_BYTES})",
     )
+    apply.add_argument(
+        "--wait",
+        action="store_true",
+        help="then wait until every proxy connected to the replicas (those registered under "
+        "the prefix, or those named by --admin) holds the revision (exit 0), or one rejects "
+        "it or does not answer in --timeout (exit 1)",
+    )
+    add_wait_flags(apply, required=False)
 
 
 async def run(args: argparse.Namespace) -> int:
@@ -79,11 +89,15 @@ async def run(args: argparse.Namespace) -> int:
     client = connect_etcd(args.etcd, f"cannot apply {directory}")
     if isinstance(client, int):
         return client
+    admins: list[tuple[str, int]] = list(args.admin or ())
+    unasked: list[Answer] = []
     try:
         # The directory was checked by the loader, as serve checks it: not again here.
         result = await apply_state(
             client, snapshot, prefix=args.prefix, dry_run=args.dry_run, check=False
         )
+        if args.wait and not args.dry_run and not admins:
+            admins, unasked = await registered_admins(client, args.prefix)
     except (EtcdError, ValueError) as exc:
         print(f"xdscore: cannot apply {directory} to {args.etcd}: {exc}", file=sys.stderr)
         return EXIT_FAILED
@@ -98,4 +112,13 @@ async def run(args: argparse.Namespace) -> int:
         print(f"applied {summary} under {args.prefix}: revision {result.revision}")
     else:
         print(f"no change under {args.prefix}: etcd is at revision {result.revision}")
-    return EXIT_OK
+    if not args.wait or args.dry_run:
+        return EXIT_OK
+    # The replicas name the state by its content: the same id as this snapshot's.
+    if not admins and not unasked:
+        print(f"xdscore: no replica registered under {args.prefix} to wait for", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"waiting for every proxy to hold revision {snapshot.revision}", flush=True)
+    outcome, answers = await wait_for(admins, snapshot.revision, args.timeout, unasked)
+    print(render(outcome, answers, "text"))
+    return EXIT_OK if outcome.converged else EXIT_FAILED

@@ -13,16 +13,24 @@ set (weight 1, HEALTHY, the overprovisioning factor 140, empty localities and he
 configs) are dropped on both sides. Leaves Envoy shows as ``[redacted]`` (secrets) match
 anything.
 
-Versions depend on the protocol, which the bootstrap in the dump tells:
+The verdict is on content: where both sides' content is known and equal, the resource
+matches whatever version labels they give it, and the labels that differ are said in a note
+(and counted on the summary line). Labels count only where the content cannot be compared
+(the control plane sent none): they depend on the protocol, which the bootstrap in the dump
+tells:
 
 * **Delta**: every resource carries its own version on both sides; they must be equal.
 * **State of the World**: the control plane reports each resource at the version_info of
   the response that carried it, the last one Envoy accepted; Envoy keeps, per resource, the
   version of the response that last *changed* it, and per type (listeners, clusters) the
-  last version it accepted. So for listeners and clusters the type's version in the dump
-  must equal the control plane's; a resource whose content is equal but whose own version is
-  older is in sync (it has not changed since). Envoy's dump gives endpoints no version; they
-  are compared by content only.
+  version of the last response it applied anything of. After a response Envoy rejected in
+  part (one listener of two could not bind), it keeps that response's label until something
+  changes, while the control plane moves on: the same content, other labels. Envoy's dump
+  gives endpoints no version; they are compared by content only.
+
+A resource the control plane reports NACKED whose content Envoy holds, active and as
+intended, matches (Envoy applied it from a response it rejected for another resource); the
+NACK is shown with it.
 """
 
 from __future__ import annotations
@@ -75,10 +83,11 @@ STATES = ("ERROR", "MISSING", "EXTRA", "DIFFERS", "WARMING", "STALE", "MATCH")
 """Each resource's verdict, worst first:
 
 * ERROR: Envoy holds the intended version in an error state, or the control plane says
-  Envoy NACKed it;
+  Envoy NACKed it and Envoy does not hold the intended content;
 * MISSING: the control plane means Envoy to hold it, and Envoy does not;
 * EXTRA: Envoy holds it, and the control plane does not mean it to;
-* DIFFERS: Envoy holds other content, or another version, than the control plane intends;
+* DIFFERS: Envoy holds other content than the control plane intends (or, where the
+  content cannot be compared, another version);
 * WARMING: Envoy holds the intended content, but is still warming it;
 * STALE: Envoy holds the intended content, but the control plane does not report it
   SYNCED (Envoy's answer is outstanding, or the control plane has removed it);
@@ -140,6 +149,8 @@ class ResourceDiff:
     fields: tuple[str, ...] = ()
     """Field-level differences, ``path: Envoy's value != the control plane's``."""
     notes: tuple[str, ...] = ()
+    labels_differ: bool = False
+    """It matches by content; Envoy's version labels for it are not the control plane's."""
 
     @property
     def short(self) -> str:
@@ -436,31 +447,42 @@ def _plane_status(report: ResourceReport | None) -> str:
     return "" if report is None else f"{report.config_status}/{report.client_status}"
 
 
+def _labels(
+    protocol: str, type_version: str, envoy: EnvoyResource, report: ResourceReport
+) -> list[str]:
+    """Envoy's version labels for a resource it uses that are not the control plane's."""
+    mine, theirs = envoy.active_version, report.version
+    if not theirs or envoy.active is None:
+        return []
+    labels = []
+    acked = report.client_status == "ACKED"
+    if protocol != "delta" and acked and type_version and type_version != theirs:
+        short = type_info(report.type_url).short_name.upper()
+        labels.append(f"{short} version: {type_version!r} != {theirs!r}")
+    if mine and mine != theirs and (protocol == "delta" or mine != type_version):
+        labels.append(f"version: {mine!r} != {theirs!r}")
+    return labels
+
+
 def _versions(
     protocol: str,
     type_version: str,
     envoy: EnvoyResource,
     report: ResourceReport,
     content_equal: bool | None,
-) -> tuple[list[str], list[str]]:
-    """(Version differences, notes) for a resource Envoy uses (see the module's docstring)."""
-    mine, theirs = envoy.active_version, report.version
-    if not theirs or envoy.active is None:
-        return [], []
-    if protocol == "delta":
-        if mine and mine != theirs:
-            return [f"version: {mine!r} != {theirs!r}"], []
-        return [], []
-    problems, notes = [], []
-    if type_version and report.client_status == "ACKED" and type_version != theirs:
-        short = type_info(report.type_url).short_name.upper()
-        problems.append(f"{short} version: {type_version!r} != {theirs!r}")
-    if mine and mine != theirs and mine != type_version:
-        if content_equal is None and not type_version:
-            problems.append(f"version: {mine!r} != {theirs!r}")
-        elif content_equal:
-            notes.append(f"Envoy has held this content since version {mine}")
-    return problems, notes
+) -> tuple[list[str], bool]:
+    """(Version differences that count, whether only labels differ) for a resource Envoy
+    uses (see the module's docstring): labels count only where the content cannot be
+    compared; with the content equal they are reported, not held against Envoy."""
+    labels = _labels(protocol, type_version, envoy, report)
+    if not labels:
+        return [], False
+    if content_equal:
+        return [], True
+    if content_equal is None:
+        return labels, False
+    # The content differs (the fields say how); the type's label is worth showing too.
+    return [label for label in labels if not label.startswith("version:")], False
 
 
 def _with_plane(
@@ -475,8 +497,13 @@ def _with_plane(
     shown = active if active is not None else warming
     fields = field_diff(shown, intended) if shown is not None and intended is not None else []
     content_equal = None if intended is None or active is None else not fields
-    problems, version_notes = _versions(protocol, type_version, envoy, report, content_equal)
-    notes.extend(version_notes)
+    problems, only_labels = _versions(protocol, type_version, envoy, report, content_equal)
+    if only_labels:
+        notes.append(
+            "the same content under other version labels: "
+            + "; ".join(_labels(protocol, type_version, envoy, report))
+            + " (labels name the response that carried or last changed it)"
+        )
     nacked = report.client_status == "NACKED"
     error = False
     if envoy.error:
@@ -486,12 +513,21 @@ def _with_plane(
             error = not field_diff(normalise(envoy.type_url, envoy.failed), intended)
         if not error:
             notes.append(f"Envoy still records an earlier rejected version: {envoy.error}")
+    synced = report.config_status == "SYNCED"
+    if nacked and not error and content_equal:
+        # The response that carried it was rejected for another resource, and Envoy
+        # applied this one nonetheless: what it holds is what is meant.
+        nacked, synced = False, True
+        notes.append(
+            "the control plane last heard Envoy reject a response that carried it, yet "
+            "Envoy holds it as intended"
+        )
     if error or nacked:
         state = "ERROR"
     elif not envoy.held:
         state = "MISSING"
     elif active is not None and not fields and not problems:
-        state = "MATCH" if report.config_status == "SYNCED" else "STALE"
+        state = "MATCH" if synced else "STALE"
     elif warming is not None and intended is not None and not field_diff(warming, intended):
         state = "WARMING"
     else:
@@ -510,6 +546,7 @@ def _with_plane(
         plane_error=report.error.strip(),
         fields=(*problems, *fields),
         notes=tuple(notes),
+        labels_differ=only_labels and state == "MATCH",
     )
 
 
@@ -579,6 +616,9 @@ def render_text(comparison: Comparison) -> str:
     """One block per resource, worst first, under a summary line."""
     counts = ", ".join(f"{n} {_WORDS[state]}" for state, n in comparison.counts().items())
     verdict = "in sync" if comparison.in_sync else "NOT IN SYNC"
+    relabelled = sum(r.labels_differ for r in comparison.resources)
+    if relabelled:
+        counts += f" ({relabelled} under other version labels, the same content)"
     lines = [
         f"node {comparison.node} ({_PROTOCOLS.get(comparison.protocol, comparison.protocol)}):"
         f" {verdict}: {counts or 'nothing to compare'}"
@@ -611,6 +651,7 @@ def render_json(comparison: Comparison) -> dict[str, Any]:
         "protocol": comparison.protocol,
         "in_sync": comparison.in_sync,
         "counts": comparison.counts(),
+        "labels_differ": sum(r.labels_differ for r in comparison.resources),
         "resources": [{"type": r.short, **attrs.asdict(r)} for r in comparison.resources],
         "not_compared": list(comparison.not_compared),
     }

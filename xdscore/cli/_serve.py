@@ -298,7 +298,7 @@ async def _serve(
             group.start_soon(lambda: certificates.watch(stop=stop))
         if _workers.is_worker(args):
             group.start_soon(_workers.watch_parent)
-        if args.admin is not None and not await _start_admin(group, server, args.admin):
+        if args.admin is not None and await _start_admin(group, server, args.admin) is None:
             group.cancel_scope.cancel()
             return EXIT_FAILED
         async for signum in signals:
@@ -324,16 +324,16 @@ async def _signals() -> AsyncIterator[AsyncIterator[int]]:
 
 async def _start_admin(
     group: anyio.abc.TaskGroup, server: XdsServer, where: tuple[str, int]
-) -> bool:
-    """Start the admin endpoint in ``group``; False (and one line on stderr) if it cannot
-    listen."""
+) -> int | None:
+    """Start the admin endpoint in ``group``; the port it listens on, or ``None`` (and one
+    line on stderr) if it cannot listen."""
     try:
-        await group.start(_admin, server, where)
+        bound: int = await group.start(_admin, server, where)
     except OSError as exc:
         host, port = where
         print(f"xdscore: cannot serve the admin endpoint on {host}:{port}: {exc}", file=sys.stderr)
-        return False
-    return True
+        return None
+    return bound
 
 
 async def _admin(

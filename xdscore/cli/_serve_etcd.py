@@ -4,7 +4,8 @@ The admin endpoint starts at once (``/healthz`` 200, ``/readyz`` 503); the xDS t
 does not listen until the first revision has been applied, so before that a proxy's
 connection is refused and it retries (no stream is ever served an empty state). From then
 on the process is ready and stays so while etcd is down: the last good revision keeps
-being served.
+being served. Once it listens, the replica registers its xDS and admin addresses under the
+prefix (see :mod:`xdscore.etcd._replicas`), for ``xdscore wait`` and ``apply --wait``.
 """
 
 from __future__ import annotations
@@ -12,12 +13,14 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
+import socket
 import sys
 
 import anyio
 
 from ..cache import SnapshotCache, same_for_all
 from ..etcd import EtcdSource
+from ..etcd._replicas import ReplicaEntry, register_replica
 from ..server import Rebalancing, XdsServer, tune_collector
 from ..transport import CertificateFiles
 from . import _identity, _workers
@@ -77,9 +80,12 @@ async def _serve(
         group.start_soon(_until_signalled, group.cancel_scope, stop)
         if _workers.is_worker(args):
             group.start_soon(_workers.watch_parent)
-        if args.admin is not None and not await _start_admin(group, server, args.admin):
-            group.cancel_scope.cancel()
-            return EXIT_FAILED
+        admin = None
+        if args.admin is not None:
+            admin = await _start_admin(group, server, args.admin)
+            if admin is None:
+                group.cancel_scope.cancel()
+                return EXIT_FAILED
         group.start_soon(source.run)
         if certificates is not None:
             group.start_soon(lambda: certificates.watch(stop=stop))
@@ -99,6 +105,12 @@ async def _serve(
             f"{outcome.resources} resource(s)",
             flush=True,
         )
+        entry = ReplicaEntry(
+            server.replica_id,
+            _reachable(host, bound),
+            "" if admin is None else _reachable(args.admin[0], admin),
+        )
+        group.start_soon(register_replica, source.client, source.prefix, entry)
         if certificates is None:
             log.warning(
                 "serving in plaintext: any client that can connect to %s:%d reads every "
@@ -108,6 +120,13 @@ async def _serve(
             )
         await anyio.sleep_forever()
     return EXIT_OK
+
+
+def _reachable(host: str, port: int) -> str:
+    """``HOST:PORT`` as other hosts reach it (this host's name for a wildcard address)."""
+    if host in ("0.0.0.0", "::", ""):
+        host = socket.getfqdn()
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 async def _until_signalled(scope: anyio.CancelScope, stop: anyio.Event) -> None:

@@ -14,7 +14,11 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
+import anyio
+
 from .._errors import ProtocolError, StreamClosed
+from ..etcd import DEFAULT_PREFIX, EtcdError
+from ..etcd._replicas import read_replicas
 from ..wire._csds import (
     ClientReport,
     IdMatcher,
@@ -31,6 +35,7 @@ from ._common import (
     add_client_tls,
     address,
     client_ssl_context,
+    connect_etcd,
 )
 
 __all__ = ["COMMANDS", "add_parsers", "fetch_reports", "run", "type_states"]
@@ -50,7 +55,19 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "and print one line per proxy: its node id and each type's state (SYNCED, STALE, "
         "NACKED, NOT SENT) with its resource count and version.",
     )
-    status.add_argument("--server", type=address, required=True, metavar="HOST:PORT")
+    servers = status.add_mutually_exclusive_group(required=True)
+    servers.add_argument("--server", type=address, metavar="HOST:PORT")
+    servers.add_argument(
+        "--etcd",
+        metavar="URL",
+        help="ask every replica registered under --prefix in this etcd (serve --etcd "
+        "registers each), each proxy shown with its replica",
+    )
+    status.add_argument(
+        "--prefix",
+        default=DEFAULT_PREFIX,
+        help=f"with --etcd, the prefix the replicas serve (default {DEFAULT_PREFIX})",
+    )
     status.add_argument("--node", default="", metavar="PREFIX", help="only node ids so starting")
     status.add_argument("--format", choices=("table", "json"), default="table")
     add_client_tls(status)
@@ -108,15 +125,19 @@ def type_states(client: ClientReport) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _table(clients: list[ClientReport]) -> str:
+def _table(clients: list[ClientReport], replicas: list[str] | None = None) -> str:
     types = sorted(
         {r.type_url for c in clients for r in c.resources}, key=lambda t: type_info(t).rank
     )
-    header = ["NODE", *(type_info(t).short_name.upper() for t in types)]
+    header = [
+        "NODE",
+        *(["REPLICA"] if replicas else []),
+        *(type_info(t).short_name.upper() for t in types),
+    ]
     rows = [header]
-    for client in clients:
+    for index, client in enumerate(clients):
         states = type_states(client)
-        row = [client.node.id]
+        row = [client.node.id, *([replicas[index]] if replicas else [])]
         for type_url in types:
             entry = states.get(type_url)
             if entry is None:
@@ -149,8 +170,65 @@ def _report_json(report: ResourceReport, with_content: bool) -> dict[str, Any]:
     return document
 
 
+async def _replicas(
+    args: argparse.Namespace, matchers: list[IdMatcher], context: ssl.SSLContext | None
+) -> int:
+    """``status --etcd``: every registered replica asked, each proxy with its replica; a
+    replica that cannot be asked is named (and the exit status is 1)."""
+    client = connect_etcd(args.etcd, "cannot find the replicas")
+    if isinstance(client, int):
+        return client
+    try:
+        entries = await read_replicas(client, args.prefix)
+    except EtcdError as exc:
+        print(f"xdscore: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    finally:
+        await client.close()
+    rows: list[tuple[str, ClientReport]] = []
+    failed = []
+    for entry in entries:
+        try:
+            host, port = address(entry.xds)
+            with anyio.fail_after(10):
+                found = await fetch_reports(host, port, matchers, context)
+        except (ProtocolError, StreamClosed, OSError, TimeoutError) as exc:
+            failed.append(
+                f"replica {entry.replica} at {entry.xds}: {str(exc) or type(exc).__name__}"
+            )
+            continue
+        except argparse.ArgumentTypeError as exc:
+            failed.append(f"replica {entry.replica}: {exc}")
+            continue
+        rows += [(entry.replica, report) for report in found]
+    if args.format == "json":
+        document = [
+            {"replica": r, "node": c.node.id, "cluster": c.node.cluster, "types": type_states(c)}
+            for r, c in rows
+        ]
+        print(json.dumps({"proxies": document, "unanswered": failed}, indent=2))
+    elif rows:
+        print(_table([c for _, c in rows], [r for r, _ in rows]))
+    elif not failed:
+        print(f"no proxy is connected to the {len(entries)} replica(s) under {args.prefix}")
+    for line in failed:
+        print(f"xdscore: cannot ask {line}", file=sys.stderr)
+    if not entries:
+        print(f"xdscore: no replica is registered under {args.prefix}", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_FAILED if failed else EXIT_OK
+
+
 async def run(args: argparse.Namespace) -> int:
     """Run ``status`` or ``dump``; the exit status."""
+    if args.command == "status" and args.etcd is not None:
+        try:
+            context = client_ssl_context(args)
+        except ValueError as exc:
+            print(f"xdscore {args.command}: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        matchers = [IdMatcher("prefix", args.node)] if args.node else []
+        return await _replicas(args, matchers, context)
     host, port = args.server
     node = args.node
     matcher = IdMatcher("prefix" if args.command == "status" else "exact", node)

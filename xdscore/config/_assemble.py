@@ -77,10 +77,28 @@ class Assembly:
     resources: tuple[Resource, ...]
     refused: tuple[Refusal, ...] = ()
     warnings: tuple[str, ...] = ()
+    sources: Mapping[tuple[str, str], str] = attrs.field(factory=dict)
+    """Where each resource came from, by (type URL, name): its file relative to the
+    directory, and its document in a multi-document YAML file (``listeners.yaml
+    (document 2)``)."""
 
-    def snapshot(self) -> Snapshot:
-        """The resources as a snapshot, authoritative for every registered type."""
-        return Snapshot(self.resources, types=[info.type_url for info in all_types()])
+    def snapshot(self, *, label: str = "") -> Snapshot:
+        """The resources as a snapshot, authoritative for every registered type, each
+        resource's source its provenance; ``label`` names the state."""
+        return Snapshot(
+            self.resources,
+            types=[info.type_url for info in all_types()],
+            provenance=self.sources,
+            label=label,
+        )
+
+
+def _sources(root: Path, found: Iterable[tuple[str, Resource]]) -> dict[tuple[str, str], str]:
+    """Each resource's source, its path made relative to ``root``."""
+    prefix = f"{root}/"
+    return {
+        (resource.type_url, resource.name): where.removeprefix(prefix) for where, resource in found
+    }
 
 
 def assemble(contents: DirectoryData, fallbacks: Mapping[Path, bytes] | None = None) -> Assembly:
@@ -115,6 +133,7 @@ def _whole(root: Path, results: Sequence[FileResult]) -> Assembly:
     return Assembly(
         tuple(resource for _, resource in found),
         warnings=tuple(str(d) for d in report.warnings),
+        sources=_sources(root, found),
     )
 
 
@@ -158,6 +177,7 @@ def _file_by_file(
         tuple(resource for _, resource in found),
         tuple(refusals),
         tuple(str(d) for d in report.warnings),
+        _sources(root, found),
     )
 
 

@@ -63,13 +63,14 @@ class Loaded:
     resources: tuple[ResourceFields, ...]
     refused: tuple[Refusal, ...]
     warnings: tuple[str, ...]
+    sources: dict[tuple[str, str], str]
 
     def assembly(self) -> Assembly:
         resources = tuple(
             Resource(type_url=url, name=name, body=body, ttl=ttl, version=version, aliases=aliases)
             for url, name, body, ttl, version, aliases in self.resources
         )
-        return Assembly(resources, self.refused, self.warnings)
+        return Assembly(resources, self.refused, self.warnings, self.sources)
 
 
 @attrs.frozen
@@ -143,6 +144,7 @@ def _child(job_fd: int, reply_fd: int) -> None:
             ),
             assembly.refused,
             assembly.warnings,
+            dict(assembly.sources),
         )
     except ConfigError as exc:
         outcome = Refused(tuple(exc.problems), exc.diagnostics)

@@ -201,7 +201,8 @@ async def load_directory_async(
                 log.error("loading %s failed: %s", root, exc)
                 raise _failure(root, exc) from None
             log_warnings(assembly.warnings)
-            return await anyio.to_thread.run_sync(assembly.snapshot)
+            first = f"the first load of {root}"
+            return await anyio.to_thread.run_sync(lambda: assembly.snapshot(label=first))
     finally:
         stop.set()
     raise _timeout_error(root, timeout)
@@ -390,7 +391,8 @@ class _Reloads:
         except LoaderFailed as exc:
             log.error("%s of %s failed: %s", label, self.directory, exc)
             raise _failure(self.directory, exc) from None
-        snapshot = await anyio.to_thread.run_sync(assembly.snapshot)
+        what = f"{label} of {self.directory}"
+        snapshot = await anyio.to_thread.run_sync(lambda: assembly.snapshot(label=what))
         return _Loaded(label, contents, assembly, snapshot)
 
     def _apply(self, loaded: _Loaded) -> Snapshot:

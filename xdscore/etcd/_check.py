@@ -28,10 +28,31 @@ class Evaluation:
     resources: tuple[Resource, ...]
     problems: tuple[str, ...]
     warnings: tuple[Diagnostic, ...] = ()
+    keys: Mapping[tuple[str, str], str] = attrs.field(factory=dict)
+    """The key each resource was read from, by (type URL, name)."""
 
-    def snapshot(self) -> Snapshot:
-        """The resources as a snapshot authoritative for every registered type."""
-        return Snapshot(self.resources, types=[info.type_url for info in all_types()])
+    def snapshot(
+        self,
+        *,
+        mods: Mapping[str, int] | None = None,
+        revision: int | None = None,
+        prefix: str = "",
+    ) -> Snapshot:
+        """The resources as a snapshot authoritative for every registered type; each
+        resource's provenance is its key (and the key's mod revision, from ``mods``), and
+        the snapshot is labelled with the etcd ``revision`` it was read at."""
+        mods = mods or {}
+        provenance = {
+            found: f"{key} (mod revision {mods[key]})" if key in mods else key
+            for found, key in self.keys.items()
+        }
+        return Snapshot(
+            self.resources,
+            types=[info.type_url for info in all_types()],
+            provenance=provenance,
+            label="" if revision is None else f"etcd revision {revision} under {prefix}",
+            store_revision=revision,
+        )
 
 
 def check_resources(
@@ -73,4 +94,9 @@ def evaluate(prefix: str, kvs: Mapping[bytes, bytes], *, complete: bool = True) 
         problems += found
     else:
         warnings = ()
-    return Evaluation(tuple(resource for _, resource in pairs), tuple(problems), warnings)
+    return Evaluation(
+        tuple(resource for _, resource in pairs),
+        tuple(problems),
+        warnings,
+        {(resource.type_url, resource.name): where for where, resource in pairs},
+    )

@@ -36,6 +36,7 @@ __all__ = [
     "marker_key",
     "normalize_prefix",
     "parse_key",
+    "reserved",
     "range_end",
     "range_start",
     "resource_key",
@@ -212,12 +213,14 @@ def diff(prefix: str, current: Mapping[bytes, bytes], desired: Mapping[bytes, by
         else:
             unchanged += 1
     for key in current:
-        if key not in desired and not _reserved(prefix, key):
+        if key not in desired and not reserved(prefix, key):
             removed.append(_change(prefix, key))
     return Diff(tuple(sorted(added)), tuple(sorted(changed)), tuple(sorted(removed)), unchanged)
 
 
-def _reserved(prefix: str, key: bytes) -> bool:
+def reserved(prefix: str, key: bytes) -> bool:
+    """Whether ``key`` (under ``prefix``) is reserved: its first segment starts with ``.``
+    (the apply marker, replicas' registrations); no state holds it."""
     return key[len(range_start(prefix)) :].startswith(b".")
 
 

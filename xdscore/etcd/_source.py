@@ -45,7 +45,7 @@ from ..wire._typeurls import type_info
 from ._check import Evaluation, evaluate
 from ._client import EtcdClient, EtcdError, aetcd, client_errors, describe
 from ._layout import DEFAULT_PREFIX, normalize_prefix, parse_key, range_end, range_start
-from ._writer import read_state
+from ._writer import read_state_with_mods
 
 __all__ = ["EtcdSource", "Outcome"]
 
@@ -185,6 +185,8 @@ class EtcdSource:
         self.relists = 0
         """Range reads of the whole prefix so far (the first included)."""
         self._kvs: dict[bytes, bytes] = {}
+        self._mods: dict[bytes, int] = {}
+        """Each key's mod revision (the provenance of its resource)."""
         self._changed = anyio.Event()
         self._progress = anyio.Event()
         self._delay = min_backoff
@@ -323,7 +325,7 @@ class EtcdSource:
             self._metrics.connected.set(1 if connected else 0)
 
     async def _relist(self, reason: str) -> None:
-        revision, kvs = await read_state(self.client, self.prefix)
+        revision, kvs, mods = await read_state_with_mods(self.client, self.prefix)
         self._set_connected(True)
         self.relists += 1
         if self._metrics is not None:
@@ -331,7 +333,7 @@ class EtcdSource:
         log.info(
             "read %d key(s) under %s at revision %d (%s)", len(kvs), self.prefix, revision, reason
         )
-        self._kvs = kvs
+        self._kvs, self._mods = kvs, mods
         self._saw(revision)
         if not kvs and not self.loaded:
             log.info(
@@ -393,8 +395,10 @@ class EtcdSource:
             key = bytes(event.kv.key)
             if event.type == event.DELETE:
                 self._kvs.pop(key, None)
+                self._mods.pop(key, None)
             else:
                 self._kvs[key] = bytes(event.kv.value)
+                self._mods[key] = int(event.kv.mod_revision)
             relevant = relevant or not self._reserved(key)
         self._saw(revision)
         if relevant:
@@ -415,10 +419,13 @@ class EtcdSource:
 
     async def _judge(self, revision: int, *, relisted: bool = False) -> None:
         kvs = dict(self._kvs)
+        mods = {key.decode(errors="replace"): mod for key, mod in self._mods.items()}
         wants_snapshot = any(isinstance(target, SnapshotCache) for target in self.targets)
         try:
             evaluation, snapshot = await anyio.to_thread.run_sync(
-                functools.partial(_evaluate, self.prefix, kvs, self.complete, wants_snapshot)
+                functools.partial(
+                    _evaluate, self.prefix, kvs, self.complete, wants_snapshot, mods, revision
+                )
             )
         except Exception as exc:  # a bug must not stop the source
             log.exception("checking revision %d under %s failed", revision, self.prefix)
@@ -488,13 +495,19 @@ class EtcdSource:
 
 
 def _evaluate(
-    prefix: str, kvs: dict[bytes, bytes], complete: bool, wants_snapshot: bool
+    prefix: str,
+    kvs: dict[bytes, bytes],
+    complete: bool,
+    wants_snapshot: bool,
+    mods: dict[str, int],
+    revision: int,
 ) -> tuple[Evaluation, Snapshot | None]:
-    """In a worker thread: the checked state, and its snapshot if it is good and wanted."""
+    """In a worker thread: the checked state, and its snapshot if it is good and wanted
+    (each resource's provenance its key and mod revision, labelled with ``revision``)."""
     evaluation = evaluate(prefix, kvs, complete=complete)
     if evaluation.problems or not wants_snapshot:
         return evaluation, None
-    return evaluation, evaluation.snapshot()
+    return evaluation, evaluation.snapshot(mods=mods, revision=revision, prefix=prefix)
 
 
 def _by_revision(events: Sequence[Any]) -> Iterator[tuple[int, list[Any]]]:

@@ -33,10 +33,18 @@ from ._layout import (
     normalize_prefix,
     range_end,
     range_start,
+    reserved,
     state_digest,
 )
 
-__all__ = ["ApplyConflict", "ApplyResult", "StateRefused", "apply_state", "read_state"]
+__all__ = [
+    "ApplyConflict",
+    "ApplyResult",
+    "StateRefused",
+    "apply_state",
+    "read_state",
+    "read_state_with_mods",
+]
 
 log = logging.getLogger("xdscore.etcd")
 
@@ -69,13 +77,26 @@ async def read_state(
     client: EtcdClient, prefix: str = DEFAULT_PREFIX
 ) -> tuple[int, dict[bytes, bytes]]:
     """Every key and value under ``prefix`` in one range read, and the revision read at."""
+    revision, kvs, _ = await read_state_with_mods(client, prefix)
+    return revision, kvs
+
+
+async def read_state_with_mods(
+    client: EtcdClient, prefix: str = DEFAULT_PREFIX
+) -> tuple[int, dict[bytes, bytes], dict[bytes, int]]:
+    """:func:`read_state`, and each key's ``mod_revision`` (the revision that last wrote it)."""
     try:
         found = await client.get_range(range_start(prefix), range_end(prefix))
     except client_errors() as exc:
         raise EtcdError(
             f"cannot read {normalize_prefix(prefix)!r} from etcd: {describe(exc)}"
         ) from exc
-    return int(found.header.revision), {bytes(kv.key): bytes(kv.value) for kv in found.kvs}
+    kvs = {bytes(kv.key): bytes(kv.value) for kv in found.kvs}
+    return (
+        int(found.header.revision),
+        kvs,
+        {bytes(kv.key): int(kv.mod_revision) for kv in found.kvs},
+    )
 
 
 async def apply_state(
@@ -120,8 +141,9 @@ async def apply_state(
         success = [
             ops.Put(key, value) for key, value in desired.items() if current.get(key) != value
         ]
+        # Reserved keys (the marker, replicas' registrations) are not the state's.
         success += [
-            ops.Delete(key) for key in current if key not in desired and key != marker_key(prefix)
+            ops.Delete(key) for key in current if key not in desired and not reserved(prefix, key)
         ]
         success.append(ops.Put(marker_key(prefix), marker))
         guard = ops.Mod(range_start(prefix), range_end(prefix)) < revision + 1

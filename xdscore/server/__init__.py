@@ -20,6 +20,7 @@ from ._loop import LOOPS, LoopChoice, loop_options
 from ._metrics import Metrics
 from ._pacer import Pacing
 from ._rebalance import REBALANCE_MESSAGE, Rebalancing
+from ._revisions import Blamed, ProxyNack, ProxyState, Revision, RevisionLog, RevisionStatus
 from ._server import ActiveStream, XdsServer
 from ._status import NackRecord, StreamStatus, SyncState, TypeStatus
 from ._stream import ByteStream
@@ -31,6 +32,7 @@ __all__ = [
     "REBALANCE_MESSAGE",
     "ActiveStream",
     "Authorizer",
+    "Blamed",
     "ResourceAuthorizer",
     "ByteStream",
     "CatchUp",
@@ -42,8 +44,13 @@ __all__ = [
     "OperatorCheck",
     "Pacing",
     "PeerIdentity",
+    "ProxyNack",
+    "ProxyState",
     "PushSlots",
     "Rebalancing",
+    "Revision",
+    "RevisionLog",
+    "RevisionStatus",
     "ServerCallbacks",
     "ServerDriver",
     "ServerLimits",

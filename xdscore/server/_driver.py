@@ -263,7 +263,7 @@ class ServerDriver(Generic[_Request, _Response]):
         syncing = not session.synced
         await slots.acquire(syncing=syncing)
         try:
-            responses = session.due(self._view(), only, time.monotonic())
+            responses = session.due(self._view(), only, time.monotonic(), self._seq())
         except BaseException:
             slots.release(at_turn_end=syncing)
             raise
@@ -282,7 +282,7 @@ class ServerDriver(Generic[_Request, _Response]):
         try:
             now = time.monotonic()
             round = session.answer(now)
-            responses = session.due(self._view(), None, now)
+            responses = session.due(self._view(), None, now, self._seq())
             for index, response in enumerate(responses):
                 data = self._codec.encode(response, self._settings.control_plane_id)
                 if not self._stream.try_send_parts(data):
@@ -291,7 +291,7 @@ class ServerDriver(Generic[_Request, _Response]):
                     return True
                 session.sending(response, round)
                 self._written(response, sum(map(len, data)), round)
-            session.end(round)
+            self._end(round)
         finally:
             slots.release(at_turn_end=syncing)
             if session.heartbeat_at != planned:
@@ -327,7 +327,17 @@ class ServerDriver(Generic[_Request, _Response]):
         finally:
             if held:
                 slots.release(at_turn_end=syncing)
-        session.end(round)
+        self._end(round)
+
+    def _end(self, round: Round) -> None:
+        settled = self.session.end(round)
+        if settled is not None:
+            self._settings.observer.settled(self.session.info, settled)
+
+    def _seq(self) -> int:
+        """The revision the view read now is at (``-1``: revisions are not tracked)."""
+        revisions = self._settings.revisions
+        return -1 if revisions is None else revisions.seq
 
     def _written(self, response: _Response, size: int, round: Round) -> None:
         info = self.session.info

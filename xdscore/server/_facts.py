@@ -6,12 +6,15 @@ with the machine's events, into metrics, logs and callbacks.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Final
 
+from ..protocol._events import ResponseNacked
 from ..protocol._record import Record
 from ..wire._records import Node
+from ..wire._resource import Resource
 
-__all__ = ["Converged", "Fact", "Identified", "Sent", "Synced"]
+__all__ = ["Converged", "Fact", "Identified", "Rejected", "Sent", "Settled", "Synced"]
 
 
 class Fact(Record):
@@ -74,5 +77,49 @@ class Sent(Fact):
         self.response: Final = response
         self.size: Final = size
         self.seconds: Final = seconds
+
+    # --- end generated ---
+
+
+class Settled(Fact):
+    """The client holds exactly what the cache gives it now, of every type it asked for,
+    with nothing of it in flight: checked against the view of revision ``seq`` (a sequence
+    number of the server's revision log). ``changed``: it was sent something since it last
+    settled."""
+
+    # record fields:
+    #     seq: int
+    #     changed: bool
+    # --- generated from the fields above by `make records`; do not edit ---
+    _fields = ("seq", "changed")
+    __slots__ = _fields
+
+    def __init__(self, seq: int, changed: bool) -> None:
+        self.seq: Final = seq
+        self.changed: Final = changed
+
+    # --- end generated ---
+
+
+class Rejected(Fact):
+    """The client rejected ``response`` (the machine's event is ``nack``), written in a
+    round that read revision ``seq``; ``held`` is what it holds of the type, by name."""
+
+    # record fields:
+    #     nack: ResponseNacked
+    #     response: Any
+    #     seq: int
+    #     held: Mapping[str, Resource]
+    # --- generated from the fields above by `make records`; do not edit ---
+    _fields = ("nack", "response", "seq", "held")
+    __slots__ = _fields
+
+    def __init__(
+        self, nack: ResponseNacked, response: Any, seq: int, held: Mapping[str, Resource]
+    ) -> None:
+        self.nack: Final = nack
+        self.response: Final = response
+        self.seq: Final = seq
+        self.held: Final = held
 
     # --- end generated ---

@@ -282,6 +282,22 @@ class Metrics:
             "xdscore_wakes_deferred",
             "Streams a cache change woke in a later loop turn, while syncs waited for slots.",
         )
+        revisions = counter(
+            "xdscore_revisions", "States the cache adopted (snapshots set: reloads, etcd writes)."
+        )
+        revision_seconds = histogram(
+            "xdscore_revision_convergence_seconds",
+            "Time from a revision's adoption to the last ACK of the proxies it changed.",
+        )
+        revision_proxy_seconds = histogram(
+            "xdscore_revision_proxy_seconds",
+            "Time from a revision's adoption to one proxy it changed holding it (p50/p99 "
+            "across proxies).",
+        )
+        revision_pending = gauge(
+            "xdscore_revision_pending_proxies",
+            "Streams that do not hold the newest revision yet (NACKed ones among them).",
+        )
         self.registry.register(
             _Collector(
                 [
@@ -303,6 +319,10 @@ class Metrics:
                     self.connections_cut,
                     reads_deferred,
                     wakes_deferred,
+                    revisions,
+                    revision_seconds,
+                    revision_proxy_seconds,
+                    revision_pending,
                 ]
             )
         )
@@ -321,6 +341,10 @@ class Metrics:
         self.rebalanced_streams = rebalanced.labels()
         self.reads_deferred = reads_deferred.labels()
         self.wakes_deferred = wakes_deferred.labels()
+        self.revisions = revisions.labels()
+        self.revision_seconds = revision_seconds.labels()
+        self.revision_proxy_seconds = revision_proxy_seconds.labels()
+        self.revision_pending = revision_pending.labels()
         for protocol in ("sotw", "delta"):
             for mode in ("ads", "per_type"):
                 self.streams.labels(protocol, mode)

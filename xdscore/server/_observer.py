@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mypy_extensions import mypyc_attr
 
@@ -23,8 +23,11 @@ from ..protocol._events import (
 )
 from ..protocol._features import ClientFeatures
 from ._callbacks import ServerCallbacks, StreamInfo
-from ._facts import Converged, Fact, Sent
+from ._facts import Converged, Fact, Rejected, Sent, Settled
 from ._metrics import Metrics, type_label
+
+if TYPE_CHECKING:
+    from ._revisions import RevisionLog
 
 __all__ = ["Observer", "call_back", "describe"]
 
@@ -46,6 +49,9 @@ class Observer:
         self._on_ack = _overridden(callbacks, "on_ack")
         self._on_nack = _overridden(callbacks, "on_nack")
         self._on_response = _overridden(callbacks, "on_response")
+        self.revisions: RevisionLog | None = None
+        """Told when a stream settles or rejects a response (set by the server when it
+        tracks revisions)."""
 
     def opened(self, info: StreamInfo) -> None:
         call_back(self.callbacks.on_stream_open, info)
@@ -62,14 +68,24 @@ class Observer:
     def facts(self, info: StreamInfo, facts: Sequence[Fact | Event]) -> None:
         """What applying a request left (the machine's events among them)."""
         metrics = self.metrics
+        rejected = ""
         for fact in facts:
             if isinstance(fact, Converged):
                 if metrics is not None:
                     metrics.convergence_seconds(fact.type_url).observe(fact.seconds)
+            elif isinstance(fact, Rejected):
+                if self.revisions is not None:
+                    report = self.revisions.rejected(info, fact)
+                    rejected = ", ".join(map(str, report.resources))
             elif isinstance(fact, Event):
-                self._event(info, fact)
+                self._event(info, fact, rejected)
 
-    def _event(self, info: StreamInfo, event: Event) -> None:
+    def settled(self, info: StreamInfo, fact: Settled) -> None:
+        """The stream's client holds what the cache gives it (see :class:`Settled`)."""
+        if self.revisions is not None:
+            self.revisions.settled(info, fact)
+
+    def _event(self, info: StreamInfo, event: Event, rejected: str = "") -> None:
         metrics = self.metrics
         if isinstance(event, ResponseAcked):
             if metrics is not None:
@@ -84,10 +100,11 @@ class Observer:
             if metrics is not None:
                 metrics.nacks(event.type_url).inc()
             log.warning(
-                "NACK node=%s type=%s version=%s: %s",
+                "NACK node=%s type=%s version=%s%s: %s",
                 _node_id(info),
                 type_label(event.type_url),
                 event.rejected,
+                f" rejected={rejected}" if rejected else "",
                 event.error.message.strip(),
             )
         elif isinstance(event, StaleNonceSeen) and metrics is not None:

@@ -50,6 +50,7 @@ from ._metrics import Metrics
 from ._observer import Observer, describe
 from ._pacer import Pacer, Pacing
 from ._rebalance import Rebalancing, Recycler
+from ._revisions import Revision, RevisionLog, RevisionStatus
 from ._session import StreamSession
 from ._settings import StreamSettings
 from ._status import StreamStatus, TypeRecord, stream_status
@@ -143,6 +144,7 @@ class XdsServer:
         heartbeat_fraction: float = DEFAULT_HEARTBEAT_FRACTION,
         authorize_resource: ResourceAuthorizer | None = None,
         operators: OperatorCheck | None = None,
+        track_revisions: bool = True,
     ) -> None:
         if not 0 <= heartbeat_fraction < 1:
             raise ValueError(f"heartbeat_fraction must be in [0, 1), not {heartbeat_fraction}")
@@ -200,6 +202,10 @@ class XdsServer:
         if self.metrics is not None:
             updates = self.metrics.cache_updates
             cache.on_update(lambda type_url: updates(type_url).inc())
+        self.revisions = RevisionLog(cache, metrics=self.metrics, track=track_revisions)
+        """Every state the cache adopted and which streams hold it (see
+        :mod:`xdscore.server._revisions`)."""
+        self.observer.revisions = self.revisions if track_revisions else None
         self._settings = StreamSettings(
             cache=cache,
             observer=self.observer,
@@ -218,6 +224,7 @@ class XdsServer:
             catch_up_timeout=catch_up_timeout,
             admit=self._admit_first,
             synced=self._synced,
+            revisions=self.revisions if track_revisions else None,
         )
 
     def streams(self) -> Iterator[ActiveStream]:
@@ -235,6 +242,17 @@ class XdsServer:
                 stream_status(stream.info, stream.machine, stream.records, view, scope=scope)
             )
         return out
+
+    async def converged(
+        self, revision: str | int | Revision | None = None, *, timeout: float | None = None
+    ) -> RevisionStatus:
+        """Wait until every connected proxy holds ``revision`` (its id, its number, or
+        ``None``: the newest the cache adopted) or rejected it, at most ``timeout`` seconds;
+        where it stands then: :attr:`~RevisionStatus.converged` says whether every proxy
+        holds it, :attr:`~RevisionStatus.nacked` and :attr:`~RevisionStatus.pending` name
+        those that do not. Raises :class:`LookupError` for a revision this server does not
+        know (not adopted, or too old to be kept)."""
+        return await self.revisions.converged(revision, timeout=timeout)
 
     def stop_heartbeats(self, type_url: str, *names: str) -> None:
         """Send no more heartbeats for ``names`` of ``type_url``: clients that support TTLs
@@ -305,7 +323,9 @@ class XdsServer:
         )
         session = driver.session
         stop = StreamStop()
-        self._streams[stream_id] = ActiveStream(info, machine, session.records, stop, driver)
+        active = ActiveStream(info, machine, session.records, stop, driver)
+        self._streams[stream_id] = active
+        self.revisions.opened(active)
         gauge = None
         if self.metrics is not None:
             mode = "ads" if type_url is None else "per_type"
@@ -328,6 +348,7 @@ class XdsServer:
         finally:
             stop.done()
             self._streams.pop(stream_id, None)
+            self.revisions.closed(active)
             if session.admitted and not session.synced:
                 self._syncing -= 1
             if gauge is not None:
@@ -463,6 +484,7 @@ class XdsServer:
             heartbeat_fraction=settings.heartbeat_fraction,
             quiet=settings.quiet_heartbeats,
             authorize_resource=settings.authorize_resource,
+            settling=settings.revisions is not None,
         )
         codec: Any = SOTW if protocol == "sotw" else DELTA
         return machine, ServerDriver(session, codec, stream, settings)

@@ -22,6 +22,13 @@ served by this runtime has rules of its own, and this session owns all of them:
   long the change took to reach the client.
 * **Sync.** The stream is synced once the client has answered a response of every type it
   asked for; status records say what was sent, acknowledged and rejected, per type.
+* **Settling.** A round that leaves nothing but heartbeats in flight checks whether the
+  client holds exactly what the view gives it (:func:`~._status.holds_current`); the first
+  time it does since a cache change or a response, the session says :class:`Settled`, with
+  the revision the view was read at: the server's revision tracking counts it (per ACK that
+  is one check of O(types), once). A rejected response is reported as :class:`Rejected`,
+  with what it carried and what the client held, for the NACK's report to say what was
+  refused and where it came from.
 * **Finishing.** Asked to finish (rebalancing), the stream ends between two writes once the
   client has answered everything in flight, or at once.
 
@@ -51,10 +58,10 @@ from ..protocol._view import ResourceView
 from ..wire._records import Node
 from ._authorization import ResourceAuthorizer
 from ._callbacks import StreamInfo
-from ._facts import Converged, Fact, Identified, Sent, Synced
+from ._facts import Converged, Fact, Identified, Rejected, Sent, Settled, Synced
 from ._heartbeat import HeartbeatSchedule
 from ._pacer import Pacer
-from ._status import NackRecord, TypeRecord
+from ._status import NackRecord, TypeRecord, holds_current
 
 __all__ = ["Round", "StreamSession", "resource_policy"]
 
@@ -116,6 +123,7 @@ class StreamSession(Generic[_Request, _Response]):
         heartbeat_fraction: float,
         quiet: Collection[tuple[str, str]],
         authorize_resource: ResourceAuthorizer | None = None,
+        settling: bool = True,
     ) -> None:
         self.machine = machine
         self.info = info
@@ -143,8 +151,25 @@ class StreamSession(Generic[_Request, _Response]):
         after a response in flight)."""
         self._carrying: dict[str, float] = {}
         """Types whose response in flight carries a cache change made at this time."""
-        self._in_flight: set[str] = set()
-        """Types with a response written (or being written) the client has not answered."""
+        self._in_flight: dict[str, tuple[_Response, int]] = {}
+        """Types with a response written (or being written) the client has not answered,
+        with the response and the revision its round read."""
+        self._settling = settling
+        """Whether rounds check that the client settled (revision tracking is on)."""
+        self.held = False
+        """The client was last seen holding exactly what the cache gives it (see
+        :class:`Settled`), and nothing changed since."""
+        self.held_seq = -1
+        """The revision the view was read at when the client was last seen settled."""
+        self.stuck_seq = -1
+        """The revision of the last complete round that found the client not settled with
+        nothing in flight: it waits for nothing the server will send (a rejected version,
+        say) until the cache changes (``-1``: not so)."""
+        self._sent_since_held = False
+        self._seq = -1
+        """The revision the last round's view was read at."""
+        self._settled: Settled | None = None
+        """What the round being written found, for :meth:`end` to return."""
 
     # -- requests ------------------------------------------------------------------------
 
@@ -181,7 +206,7 @@ class StreamSession(Generic[_Request, _Response]):
             record = self._record_of(event.type_url)
             record.acked_version, record.acked_at = event.version_info, self._wall(now)
             since = self._carrying.pop(event.type_url, None)
-            self._in_flight.discard(event.type_url)
+            self._in_flight.pop(event.type_url, None)
             if since is not None:
                 facts.append(Converged(event.type_url, now - since))
         elif isinstance(event, ResponseNacked):
@@ -194,9 +219,24 @@ class StreamSession(Generic[_Request, _Response]):
                 at=self._wall(now),
             )
             self._carrying.pop(event.type_url, None)
-            self._in_flight.discard(event.type_url)
+            rejected = self._in_flight.pop(event.type_url, None)
+            if rejected is not None:
+                facts.append(
+                    Rejected(event, rejected[0], rejected[1], self._held_now(event.type_url))
+                )
         elif isinstance(event, SubscriptionChanged):
             self._record_of(event.type_url)
+
+    def _held_now(self, type_url: str) -> Mapping[str, Any]:
+        """What the client holds of ``type_url``, by name, as far as the machine knows."""
+        state: Any = self.machine.type_state(type_url)
+        if state is None:
+            return {}
+        held = state.held
+        if held is None:
+            return {}
+        found: Mapping[str, Any] = held.resources if hasattr(held, "resources") else held
+        return found
 
     def _answered_all(self) -> bool:
         states = self.machine.type_states()
@@ -221,6 +261,7 @@ class StreamSession(Generic[_Request, _Response]):
         """What the client is to have may have changed (first seen at ``now``)."""
         if self._changed_at is None:
             self._changed_at = now
+        self.held = False
 
     def next_round(self, pacer: Pacer | None, now: float) -> Next:
         """What the write task does next, woken at ``now`` (see `Next`): a request is
@@ -265,16 +306,38 @@ class StreamSession(Generic[_Request, _Response]):
         return Round(changed, now)
 
     def due(
-        self, view: ResourceView | None, only: Collection[str] | None, now: float
+        self,
+        view: ResourceView | None,
+        only: Collection[str] | None,
+        now: float,
+        seq: int = -1,
     ) -> list[_Response]:
         """What to write now against ``view`` (of ``only`` those types), heartbeats
-        included when due; each response returned is in flight."""
+        included when due; each response returned is in flight. ``seq`` is the revision the
+        view was read at: when nothing but heartbeats is due, the round checks whether the
+        client settled (:meth:`end` returns the :class:`Settled` fact)."""
         responses = self.machine.poll(view, only)
         heartbeats = self._heartbeats
         if heartbeats.due(now):
             responses += self.machine.heartbeat(view, quiet=heartbeats.quiet)
             heartbeats.beaten(self.machine.shortest_ttl(), now)
+        self._seq = seq
+        if self._settling and not self.held and all(r.heartbeats for r in responses):
+            self._settle(view, seq, complete=only is None)
         return responses
+
+    def _settle(self, view: ResourceView | None, seq: int, *, complete: bool) -> None:
+        """Whether the client holds what ``view`` gives it, nothing of it in flight."""
+        for response, _ in self._in_flight.values():
+            if not response.heartbeats:
+                return
+        machine: Any = self.machine
+        if holds_current(machine, view):
+            self.held, self.held_seq, self.stuck_seq = True, seq, -1
+            self._settled = Settled(seq, self._sent_since_held)
+            self._sent_since_held = False
+        elif complete:
+            self.stuck_seq = seq
 
     def sending(self, response: _Response, round: Round) -> None:
         """``response`` is about to be written in ``round`` (the client's answer may be
@@ -288,7 +351,9 @@ class StreamSession(Generic[_Request, _Response]):
             since = self._waiting.pop(type_url, round.changed)
         if since is not None:
             self._carrying[type_url] = since
-        self._in_flight.add(type_url)
+        if not response.heartbeats:
+            self.held, self.stuck_seq, self._sent_since_held = False, -1, True
+        self._in_flight[type_url] = (response, self._seq)
 
     def sent(self, response: _Response, size: int, round: Round, now: float) -> Sent:
         """``response`` (``size`` bytes) was written at ``now``."""
@@ -301,9 +366,9 @@ class StreamSession(Generic[_Request, _Response]):
         round.sent.add(type_url)
         return Sent(response, size, now - round.started)
 
-    def end(self, round: Round) -> None:
+    def end(self, round: Round) -> Settled | None:
         """The round is over: remember, for convergence, which types may still owe the
-        cache change it carried."""
+        cache change it carried; the client settled, if the round found so."""
         if round.changed is not None:
             for type_url in self.records:
                 if type_url not in round.sent:
@@ -312,6 +377,8 @@ class StreamSession(Generic[_Request, _Response]):
             # Nothing is in flight: what was not sent did not need the change. (A response in
             # flight, even one that carries no change, may hold back a type that does.)
             self._waiting.clear()
+        settled, self._settled = self._settled, None
+        return settled
 
     @property
     def heartbeat_at(self) -> float | None:

@@ -12,6 +12,7 @@ from ._authorization import Authorizer, ResourceAuthorizer
 from ._catch_up import CatchUp
 from ._observer import Observer
 from ._pacer import Pacer
+from ._revisions import RevisionLog
 
 __all__ = ["StreamSettings"]
 
@@ -42,3 +43,6 @@ class StreamSettings:
     """Called as the first request's bytes arrive: may refuse the stream (admission)."""
     synced: Callable[[], None] | None = None
     """Called once a stream's client has answered a response of every type it asked for."""
+    revisions: RevisionLog | None = None
+    """The revisions the cache adopted and where each stream stands on them (``None``: not
+    tracked)."""

@@ -34,6 +34,7 @@ __all__ = [
     "SyncState",
     "TypeRecord",
     "TypeStatus",
+    "holds_current",
     "resource_statuses",
     "stream_status",
 ]
@@ -229,6 +230,42 @@ def _delta_sync(
     if in_sync:
         return SyncState.SYNCED, version
     return (SyncState.NACKED if nacked else SyncState.STALE), version
+
+
+def holds_current(machine: SotwServer | DeltaServer, view: ResourceView | None) -> bool:
+    """Whether the client holds exactly what ``view`` gives it, of every type it asked for,
+    with no change of it in flight (a heartbeat in flight changes nothing): every type is
+    SYNCED or IGNORED. O(types) when nothing changed since the machine last looked (SotW:
+    the view's memoised selections; Delta: the mapping it reconciled with); a Delta type
+    it did not reconcile with (after a NACK, a deferred removal) costs O(its resources)."""
+    for type_url, state in machine.type_states().items():
+        outstanding = state.outstanding
+        if outstanding is not None and not outstanding.heartbeat:
+            return False
+        if isinstance(state, SotwTypeState):
+            assert isinstance(machine, SotwServer)
+            selection = machine.selection(type_url, view)
+            if selection is not None and state.held_version != selection.version:
+                return False
+            continue
+        resources = view.resources(type_url) if view is not None else None
+        if resources is None:
+            continue
+        if state.synced is resources and not state.owed and state.phase is not Phase.NACKED:
+            continue
+        held = state.held_versions
+        wants = state.subscription.wants
+        wanted = 0
+        for name, resource in resources.items():
+            if wants(name):
+                wanted += 1
+                if held.get(name) != resource.version:
+                    return False
+        # (A name still owed has nothing to send: the round that checks sent what it could,
+        # and a wanted name that does not exist, not held, owes the client nothing.)
+        if wanted != len(held):
+            return False
+    return True
 
 
 def resource_statuses(

@@ -12,6 +12,7 @@ import itertools
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import urllib.request
@@ -209,6 +210,11 @@ class Envoy:
             return "LIVE" in (await self.admin("/server_info"))
         except OSError:
             return False
+
+    def send_signal(self, signum: signal.Signals) -> None:
+        """Send ``signum`` to the process (``SIGSTOP``: an Envoy that answers nothing)."""
+        if self._process is not None and self._process.returncode is None:
+            self._process.send_signal(signum)
 
     async def stop(self) -> None:
         """Stop Envoy (SIGTERM, then SIGKILL) and remove its files."""

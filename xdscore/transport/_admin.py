@@ -5,7 +5,12 @@ the ASGI server it already runs; [`serve_admin`][xdscore.transport.serve_admin] 
 uvicorn on a port of its own. Every route is a GET:
 
 * ``/metrics``: the server's Prometheus metrics (``prometheus-client``'s exposition);
-* ``/status``: JSON, every connected proxy and each type's sync state and versions;
+* ``/status``: JSON, every connected proxy and each type's sync state and versions, the
+  revision each holds, and the revisions the cache adopted (the newest with every proxy's
+  state on it);
+* ``/revision?id=ID``: JSON, where one revision stands (its id, or its number; default:
+  the newest): which proxies it changed, which hold it, rejected it (what, from where,
+  Envoy's message) or are pending; 404 for a revision this server does not know;
 * ``/config_dump?node=ID``: JSON, what the control plane would send that node now, each
   resource in the proto3 JSON mapping with its version;
 * ``/healthz``: 200 while the process serves HTTP; ``/readyz``: 200 once a transport
@@ -30,6 +35,7 @@ import anyio
 import uvicorn
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from ..server._revisions import revision_json
 from ..server._server import XdsServer
 from ..server._status import StreamStatus, TypeStatus
 from ..wire._messages import resource_json
@@ -72,6 +78,7 @@ class AdminApp:
         self._routes: dict[str, Callable[[dict[str, list[str]]], tuple[int, str, bytes]]] = {
             "/metrics": self._metrics,
             "/status": self._status,
+            "/revision": self._revision,
             "/config_dump": self._config_dump,
             "/healthz": lambda query: (200, "text/plain", b"ok\n"),
             "/readyz": self._readyz,
@@ -134,12 +141,41 @@ class AdminApp:
 
     def _status(self, query: dict[str, list[str]]) -> tuple[int, str, bytes]:
         prefix = _one(query, "node", default="")
-        proxies = [
-            _stream_json(status)
-            for status in self.server.status()
-            if status.node_id.startswith(prefix)
-        ]
-        return _json({"proxies": proxies, "ready": self._ready()})
+        server = self.server
+        revisions = server.revisions
+        proxies = []
+        for status in server.status():
+            if status.node_id.startswith(prefix):
+                held = revisions.holds(status.id)
+                proxies.append(_stream_json(status) | {"revision": held and held.id})
+        current = revisions.current
+        replica = server.replica_id
+        return _json(
+            {
+                "proxies": proxies,
+                "ready": self._ready(),
+                "replica": replica,
+                "revision": None
+                if current is None
+                else revision_json(revisions.status(current), replica=replica),
+                "revisions": [
+                    revision_json(revisions.status(kept), replica=replica, proxies=False)
+                    for kept in revisions.revisions()
+                ],
+            }
+        )
+
+    def _revision(self, query: dict[str, list[str]]) -> tuple[int, str, bytes]:
+        wanted = _one(query, "id", default="")
+        revisions = self.server.revisions
+        key: str | int | None = (
+            int(wanted) if wanted.isdigit() and len(wanted) < 16 else wanted
+        ) or None
+        found = revisions.find(key)
+        if found is None:
+            what = f"revision {wanted}" if wanted else "any revision"
+            raise _Reply(404, f"this server does not know {what}")
+        return _json(revision_json(revisions.status(found), replica=self.server.replica_id))
 
     def _config_dump(self, query: dict[str, list[str]]) -> tuple[int, str, bytes]:
         node_id = _one(query, "node")
