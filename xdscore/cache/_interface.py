@@ -57,7 +57,7 @@ class Cache(Protocol):
     def on_snapshot(self, callback: Adopted) -> Cancel:
         """Call ``callback(key, snapshot)`` each time a group is given a snapshot to serve,
         after the group's watchers were told, until cancelled: each call is a revision the
-        server tracks (see :mod:`xdscore.server._revisions`). By default the cache has no
+        server tracks (see `xdscore.server._revisions`). By default the cache has no
         snapshots to tell of: nothing is called."""
         return _nothing
 

@@ -62,7 +62,7 @@ class Snapshot:
     one string for every resource. ``label`` names the whole state (``"etcd revision 7
     under /mesh"``), and ``store_revision`` is the revision of the store it was read from
     (an etcd revision), when there is one. None of them is part of the content: two
-    snapshots of the same resources have the same :attr:`revision` whatever they say.
+    snapshots of the same resources have the same `revision` whatever they say.
     """
 
     __slots__ = (
@@ -108,7 +108,7 @@ class Snapshot:
     @property
     def revision(self) -> str:
         """The id of this state: a hash of the content versions of every type it is
-        authoritative for (see :func:`content_revision`), the same on every replica that
+        authoritative for (see `content_revision`), the same on every replica that
         holds the same resources. Computed once, on first use."""
         if self._revision is None:
             self._revision = content_revision(self._by_type)
@@ -185,7 +185,7 @@ class Snapshot:
 
 def content_revision(by_type: Mapping[str, Mapping[str, Resource]]) -> str:
     """A revision id for resources by type URL: a hash of each type's content version (the
-    version a :class:`~xdscore.cache.Selection` of all of them has, over its names and
+    version a `Selection` of all of them has, over its names and
     versions), in type URL order. O(resources), and nothing is kept: no selection is made."""
     digest = hashlib.blake2b(digest_size=REVISION_BYTES)
     for type_url in sorted(by_type):

@@ -1,5 +1,5 @@
 """``xdscore apply DIR --etcd URL``: write a config directory to etcd in one transaction,
-and with ``--wait``, wait until every proxy holds it (see :mod:`._wait`)."""
+and with ``--wait``, wait until every proxy holds it (see `._wait`)."""
 
 from __future__ import annotations
 

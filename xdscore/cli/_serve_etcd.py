@@ -5,7 +5,7 @@ does not listen until the first revision has been applied, so before that a prox
 connection is refused and it retries (no stream is ever served an empty state). From then
 on the process is ready and stays so while etcd is down: the last good revision keeps
 being served. Once it listens, the replica registers its xDS and admin addresses under the
-prefix (see :mod:`xdscore.etcd._replicas`), for ``xdscore wait`` and ``apply --wait``.
+prefix (see `xdscore.etcd._replicas`), for ``xdscore wait`` and ``apply --wait``.
 """
 
 from __future__ import annotations

@@ -2,10 +2,10 @@
 for the revision it wrote).
 
 It asks each replica's admin endpoint (``GET /revision?id=ID``) where the revision stands,
-every :data:`POLL_SECONDS`, until on every replica each connected proxy holds it or
+every `POLL_SECONDS`, until on every replica each connected proxy holds it or
 rejected it, or the timeout passes. A replica that has not adopted the revision yet (404)
 is asked again: it may still be loading it. The waiting itself is pure bookkeeping over the
-answers (:func:`verdict`), tested without processes.
+answers (`verdict`), tested without processes.
 
 Exit status: 0 when every proxy on every replica holds the revision; 1 when a proxy
 rejected it, did not answer in time, or a replica never adopted it or could not be asked;
@@ -214,7 +214,7 @@ async def registered_admins(
     client: EtcdClient, prefix: str
 ) -> tuple[list[tuple[str, int]], list[Answer]]:
     """The admin endpoints of the replicas registered under ``prefix`` (see
-    :mod:`xdscore.etcd._replicas`), and those registered without one."""
+    `xdscore.etcd._replicas`), and those registered without one."""
     admins, unasked = [], []
     for entry in await read_replicas(client, prefix):
         if not entry.admin:

@@ -2,7 +2,7 @@
 
 ``xdscore serve --etcd`` writes ``{prefix}/.replicas/{replica id}`` (a reserved key: sources
 ignore it, ``apply`` leaves it alone) holding its xDS and admin addresses, bound to a lease
-of :data:`REPLICA_TTL` seconds that it refreshes every third of that, and revokes when it
+of `REPLICA_TTL` seconds that it refreshes every third of that, and revokes when it
 stops. A replica that dies without stopping keeps its key until the lease lapses: readers
 (``xdscore wait``, ``apply --wait``) name it as one that cannot be asked.
 """
@@ -77,7 +77,7 @@ async def register_replica(
 
 
 async def read_replicas(client: EtcdClient, prefix: str) -> list[ReplicaEntry]:
-    """The replicas registered under ``prefix`` now, by id; :class:`EtcdError` when etcd
+    """The replicas registered under ``prefix`` now, by id; `EtcdError` when etcd
     cannot be asked. Entries that do not parse are skipped."""
     start = replica_key(prefix, "")
     try:

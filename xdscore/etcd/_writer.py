@@ -84,7 +84,7 @@ async def read_state(
 async def read_state_with_mods(
     client: EtcdClient, prefix: str = DEFAULT_PREFIX
 ) -> tuple[int, dict[bytes, bytes], dict[bytes, int]]:
-    """:func:`read_state`, and each key's ``mod_revision`` (the revision that last wrote it)."""
+    """`read_state`, and each key's ``mod_revision`` (the revision that last wrote it)."""
     try:
         found = await client.get_range(range_start(prefix), range_end(prefix))
     except client_errors() as exc:

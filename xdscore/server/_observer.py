@@ -81,7 +81,7 @@ class Observer:
                 self._event(info, fact, rejected)
 
     def settled(self, info: StreamInfo, fact: Settled) -> None:
-        """The stream's client holds what the cache gives it (see :class:`Settled`)."""
+        """The stream's client holds what the cache gives it (see `Settled`)."""
         if self.revisions is not None:
             self.revisions.settled(info, fact)
 

@@ -3,16 +3,16 @@
 Theory of operation
 -------------------
 A **revision** is one snapshot a cache was given to serve (``SnapshotCache.set_snapshot``,
-directly or behind a :class:`~xdscore.MuxCache` or :class:`~xdscore.cache.ScopedCache`: a
+directly or behind a `MuxCache` or `ScopedCache`: a
 config directory's reload, an etcd revision, an embedder's write). Its id is the snapshot's
 content revision (a hash of every type's content version), so every replica that adopts the
 same resources names it the same; the log numbers revisions locally too (``seq``, in the
-order adopted) and keeps the last :data:`REVISIONS_KEPT`.
+order adopted) and keeps the last `REVISIONS_KEPT`.
 
 Which proxies hold a revision is worked out from what each stream already knows, never from
 a copy of what each proxy holds:
 
-* a stream's session says when its client **settled** (:class:`~._facts.Settled`: it holds
+* a stream's session says when its client **settled** (`Settled`: it holds
   exactly what its view gives it, nothing of it in flight) and at which ``seq`` the view
   was read; a cache change or a response clears that (the session's ``held``);
 * when a revision is adopted, the cache has already told the streams whose view changed:
@@ -23,15 +23,15 @@ a copy of what each proxy holds:
 * a stream that settles at ``seq`` holds every revision up to ``seq`` it was pending for:
   each counts it as **acked**, and, when it was sent something on the way, as **changed**,
   with the time from the revision's adoption (its convergence time);
-* a stream that rejects a response (:class:`~._facts.Rejected`) and stays unsettled is
+* a stream that rejects a response (`Rejected`) and stays unsettled is
   **nacked** for the revisions the rejected response (or, stuck with nothing to send, the
   round that found it so: the session's ``stuck_seq``) was at or after; what it rejected
-  is named with its source (:meth:`RevisionLog.source_of`, from the snapshots'
+  is named with its source (`RevisionLog.source_of`, from the snapshots'
   provenance);
 * a stream that closes while pending **left**.
 
 Each event costs O(revisions kept); adopting a revision costs O(streams) (a look at each
-stream's flag); a revision's status (:meth:`RevisionLog.status`) costs O(streams). What is
+stream's flag); a revision's status (`RevisionLog.status`) costs O(streams). What is
 kept is O(streams) per revision kept (a node id and a float per proxy changed), plus one
 small record per stream: O(streams + resources) in all.
 """
@@ -564,11 +564,11 @@ class RevisionLog:
         self, revision: str | int | Revision | None = None, *, timeout: float | None = None
     ) -> RevisionStatus:
         """Wait until every stream holds ``revision`` (an id, a number, a
-        :class:`Revision`; ``None``: the newest) or rejected it, at most ``timeout``
-        seconds; its status then (see :attr:`RevisionStatus.done`, ``converged``).
+        `Revision`; ``None``: the newest) or rejected it, at most ``timeout``
+        seconds; its status then (see `RevisionStatus.done`, ``converged``).
 
-        Raises :class:`LookupError` for a revision the log does not hold and
-        :class:`RuntimeError` when streams are not tracked."""
+        Raises `LookupError` for a revision the log does not hold and
+        `RuntimeError` when streams are not tracked."""
         target = self.find(revision)
         if target is None:
             raise LookupError(f"no revision {revision!r} in the log of this server")

@@ -204,7 +204,7 @@ class XdsServer:
             cache.on_update(lambda type_url: updates(type_url).inc())
         self.revisions = RevisionLog(cache, metrics=self.metrics, track=track_revisions)
         """Every state the cache adopted and which streams hold it (see
-        :mod:`xdscore.server._revisions`)."""
+        `xdscore.server._revisions`)."""
         self.observer.revisions = self.revisions if track_revisions else None
         self._settings = StreamSettings(
             cache=cache,
@@ -248,9 +248,9 @@ class XdsServer:
     ) -> RevisionStatus:
         """Wait until every connected proxy holds ``revision`` (its id, its number, or
         ``None``: the newest the cache adopted) or rejected it, at most ``timeout`` seconds;
-        where it stands then: :attr:`~RevisionStatus.converged` says whether every proxy
-        holds it, :attr:`~RevisionStatus.nacked` and :attr:`~RevisionStatus.pending` name
-        those that do not. Raises :class:`LookupError` for a revision this server does not
+        where it stands then: `converged` says whether every proxy
+        holds it, `nacked` and `pending` name
+        those that do not. Raises `LookupError` for a revision this server does not
         know (not adopted, or too old to be kept)."""
         return await self.revisions.converged(revision, timeout=timeout)
 

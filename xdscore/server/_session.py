@@ -23,10 +23,10 @@ served by this runtime has rules of its own, and this session owns all of them:
 * **Sync.** The stream is synced once the client has answered a response of every type it
   asked for; status records say what was sent, acknowledged and rejected, per type.
 * **Settling.** A round that leaves nothing but heartbeats in flight checks whether the
-  client holds exactly what the view gives it (:func:`~._status.holds_current`); the first
-  time it does since a cache change or a response, the session says :class:`Settled`, with
+  client holds exactly what the view gives it (`holds_current`); the first
+  time it does since a cache change or a response, the session says `Settled`, with
   the revision the view was read at: the server's revision tracking counts it (per ACK that
-  is one check of O(types), once). A rejected response is reported as :class:`Rejected`,
+  is one check of O(types), once). A rejected response is reported as `Rejected`,
   with what it carried and what the client held, for the NACK's report to say what was
   refused and where it came from.
 * **Finishing.** Asked to finish (rebalancing), the stream ends between two writes once the
@@ -158,7 +158,7 @@ class StreamSession(Generic[_Request, _Response]):
         """Whether rounds check that the client settled (revision tracking is on)."""
         self.held = False
         """The client was last seen holding exactly what the cache gives it (see
-        :class:`Settled`), and nothing changed since."""
+        `Settled`), and nothing changed since."""
         self.held_seq = -1
         """The revision the view was read at when the client was last seen settled."""
         self.stuck_seq = -1
@@ -169,7 +169,7 @@ class StreamSession(Generic[_Request, _Response]):
         self._seq = -1
         """The revision the last round's view was read at."""
         self._settled: Settled | None = None
-        """What the round being written found, for :meth:`end` to return."""
+        """What the round being written found, for `end` to return."""
 
     # -- requests ------------------------------------------------------------------------
 
@@ -315,7 +315,7 @@ class StreamSession(Generic[_Request, _Response]):
         """What to write now against ``view`` (of ``only`` those types), heartbeats
         included when due; each response returned is in flight. ``seq`` is the revision the
         view was read at: when nothing but heartbeats is due, the round checks whether the
-        client settled (:meth:`end` returns the :class:`Settled` fact)."""
+        client settled (`end` returns the `Settled` fact)."""
         responses = self.machine.poll(view, only)
         heartbeats = self._heartbeats
         if heartbeats.due(now):
