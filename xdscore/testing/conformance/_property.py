@@ -1,0 +1,5 @@
+"""(in progress)"""
+
+
+async def run_property() -> None:
+    return None
