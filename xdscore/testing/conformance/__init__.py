@@ -16,9 +16,10 @@ writes), :class:`BenchmarkDriver` (a server speaking the benchmark peers' stdin 
 and :class:`HookDriver` (an embedder's :class:`ConfigHook`). The configuration is a small
 :class:`World`; cases read what the server actually serves from an :class:`Inventory`.
 
-:func:`run_suite` runs cases and returns a :class:`Report`; :func:`run_property` generates
-request sequences with Hypothesis and checks every response against the protocol model,
-shrinking a failure to a minimal trace. ``xdscore conformance`` is the command line.
+:func:`run_suite` runs cases and returns a :class:`Report`. The two cases of
+:data:`PROPERTY_CASES` generate request sequences with Hypothesis and check every
+response against the protocol model, shrinking a failure to a minimal trace.
+``xdscore conformance`` is the command line.
 
 In pytest::
 
@@ -43,7 +44,7 @@ from ._drivers import (
     SnapshotCacheHook,
 )
 from ._inventory import Inventory
-from ._property import run_property
+from ._property import PROPERTY_CASES
 from ._report import case_listing, junit_xml, result_lines, summary
 from ._runner import CaseResult, Report, run_case, run_suite, select
 from ._verdicts import CaseFailed, CaseSkipped
@@ -51,6 +52,7 @@ from ._world import World
 
 __all__ = [
     "CASES",
+    "PROPERTY_CASES",
     "BenchmarkDriver",
     "Case",
     "CaseContext",
@@ -75,7 +77,6 @@ __all__ = [
     "junit_xml",
     "result_lines",
     "run_case",
-    "run_property",
     "run_suite",
     "select",
     "summary",

@@ -39,13 +39,17 @@ class Settings:
     """The suite's clocks: ``quiet``, how long silence must last to count as silence;
     ``response_timeout``, how long a response that must come may take; ``case_timeout``,
     how long one case may take in all. ``node_id`` and ``node_cluster``: what every stream
-    presents, for a server that serves only known nodes (default: a new id a stream)."""
+    presents, for a server that serves only known nodes (default: a new id a stream).
+    ``property_examples``: sequences the property mode tries (and ``property_seed``, its
+    random seed; ``None``: the same sequences every run)."""
 
     quiet: float = 0.5
     response_timeout: float = 5.0
     case_timeout: float = 30.0
     node_id: str | None = None
     node_cluster: str = ""
+    property_examples: int = 15
+    property_seed: int | None = None
 
 
 @attrs.frozen
@@ -57,6 +61,8 @@ class Case:
     clause: str
     invariants: tuple[int, ...]
     run: Callable[[CaseContext], Awaitable[None]] = attrs.field(repr=False, eq=False)
+    per_example: bool = False
+    """The case runs many examples: its timeout is the per-case one for each."""
 
     @property
     def protocol(self) -> str:
@@ -190,17 +196,21 @@ class CaseContext:
     def note(self, text: str) -> None:
         self.trace.note("case", text)
 
+    def cannot(self, make: Callable[[World], World]) -> str | None:
+        """Why the driver cannot make the server serve ``make(current world)`` (``None``:
+        it can)."""
+        driver = self._suite.driver
+        current = driver.world
+        return driver.cannot(make(current if current is not None else World()))
+
     def can_change(self, make: Callable[[World], World]) -> bool:
         """Whether the driver can make the server serve ``make(current world)``."""
-        current = self._suite.driver.world
-        return current is not None and self._suite.driver.cannot(make(current)) is None
+        return self.cannot(make) is None
 
     def require_change(self, make: Callable[[World], World]) -> Callable[[World], World]:
         """``make``, once it is known that the driver can apply it; a skip saying why not."""
-        driver = self._suite.driver
-        current = driver.world
-        reason = driver.cannot(make(current if current is not None else World()))
-        if current is None or reason is not None:
+        reason = self.cannot(make)
+        if reason is not None:
             raise CaseSkipped(f"the case needs a change of the configuration: {reason}")
         return make
 

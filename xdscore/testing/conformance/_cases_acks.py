@@ -130,10 +130,11 @@ async def sotw_nack_next_change(ctx: CaseContext) -> None:
         await s.nack(rejected)
         await s.collect()
         await ctx.change(lambda w: w.bumped(), "new endpoints")
-        while True:
-            answer = await s.response(ENDPOINT)
-            if _content(answer) != _content(rejected):
-                break
+        answer = await s.wait_for(
+            ENDPOINT,
+            lambda r: _content(r) != _content(rejected),
+            "after the NACK, an EDS response with the changed endpoints",
+        )
         check(
             answer.version_info != rejected.version_info,
             f"the changed endpoints came with the NACKed version {answer.version_info!r}",
@@ -157,10 +158,11 @@ async def delta_nack_next_change(ctx: CaseContext) -> None:
         await s.collect()
         await ctx.change(lambda w: w.bumped(), "new endpoints")
         versions = {(r.name, r.version) for r in rejected.resources}
-        while True:
-            answer = await s.response(ENDPOINT)
-            if any((r.name, r.version) not in versions for r in answer.resources):
-                break
+        await s.wait_for(
+            ENDPOINT,
+            lambda r: any((x.name, x.version) not in versions for x in r.resources),
+            "after the NACK, an EDS response with the changed endpoints",
+        )
 
 
 WITH_CHANGE_CLAUSE = (

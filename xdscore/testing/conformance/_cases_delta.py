@@ -9,6 +9,7 @@ from ...wire._records import DeltaDiscoveryResponse
 from ...wire._typeurls import CLUSTER, ENDPOINT, LISTENER, ROUTE
 from ._case import CaseContext, case
 from ._cases_sotw import _change_for, _parent
+from ._cases_stream import universe
 from ._checks import check, missing_name, names, one_line
 from ._session import DeltaSession
 from ._trace import short_type
@@ -53,7 +54,8 @@ def _wildcard_cases(type_url: str) -> None:
         invariants=[32],
     )
     async def legacy(ctx: CaseContext) -> None:
-        served = await ctx.names(which, 1)
+        await ctx.names(which, 1)
+        served = await universe(ctx, type_url)
         async with ctx.delta() as s:
             await s.subscribe(type_url)
             got = _sent(await _gather(s, type_url, ctx))
@@ -69,7 +71,8 @@ def _wildcard_cases(type_url: str) -> None:
         invariants=[17],
     )
     async def explicit(ctx: CaseContext) -> None:
-        served = await ctx.names(which, 1)
+        await ctx.names(which, 1)
+        served = await universe(ctx, type_url)
         async with ctx.delta() as s:
             await s.subscribe(type_url, ["*"])
             got = _sent(await _gather(s, type_url, ctx))
@@ -196,15 +199,15 @@ async def delta_missing(ctx: CaseContext) -> None:
     async with ctx.delta() as s:
         await s.subscribe(CLUSTER)
         await s.subscribe(ENDPOINT, [endpoints[0], missing])
-        while True:
-            answer = await s.response(ENDPOINT)
-            await s.ack(answer)
-            if missing in answer.removed_resources:
-                return
+
+        def removes(answer: DeltaDiscoveryResponse) -> bool:
             check(
                 missing not in names(answer),
                 f"{missing} does not exist, yet the {one_line(answer)} sends it",
             )
+            return missing in answer.removed_resources
+
+        await s.wait_for(ENDPOINT, removes, f"the removal of {missing}, which does not exist,")
 
 
 @case(
@@ -226,11 +229,11 @@ async def delta_missing_remembered(ctx: CaseContext) -> None:
         await s.subscribe(ENDPOINT, [newcomer])
         await s.settle(first=ctx.settings.response_timeout)
         await ctx.change(grow, f"{newcomer} appears")
-        while True:
-            answer = await s.response(ENDPOINT)
-            await s.ack(answer)
-            if newcomer in names(answer):
-                return
+        await s.wait_for(
+            ENDPOINT,
+            lambda r: newcomer in names(r),
+            f"an EDS response with {newcomer}, subscribed to before it existed,",
+        )
 
 
 RESUBSCRIBE_CLAUSE = (
@@ -253,10 +256,10 @@ async def delta_resubscribe_held(ctx: CaseContext) -> None:
         await s.subscribe(ENDPOINT, endpoints[:1])
         await _gather(s, ENDPOINT, ctx)
         await s.subscribe(ENDPOINT, endpoints[:1])
-        answer = await s.response(ENDPOINT)
-        check(
-            endpoints[0] in names(answer),
-            f"the client subscribed to {endpoints[0]} again; the answer was the {one_line(answer)}",
+        await s.wait_for(
+            ENDPOINT,
+            lambda r: endpoints[0] in names(r),
+            f"subscribed to again while held, {endpoints[0]}",
         )
 
 
@@ -274,11 +277,11 @@ async def delta_resubscribe_after(ctx: CaseContext) -> None:
         await _gather(s, ENDPOINT, ctx)
         await s.unsubscribe(ENDPOINT, endpoints[:1])
         await s.subscribe(ENDPOINT, endpoints[:1])
-        while True:
-            answer = await s.response(ENDPOINT)
-            await s.ack(answer)
-            if endpoints[0] in names(answer):
-                return
+        await s.wait_for(
+            ENDPOINT,
+            lambda r: endpoints[0] in names(r),
+            f"after unsubscribing and subscribing again, {endpoints[0]}",
+        )
 
 
 @case(
@@ -327,12 +330,12 @@ async def delta_removal(ctx: CaseContext) -> None:
         world = await ctx.change(shrink, "a cluster is deleted")
         assert before is not None
         (gone,) = set(before.cluster_names) - set(world.cluster_names)
-        while True:
-            answer = await s.response(CLUSTER)
-            await s.ack(answer)
-            if gone in answer.removed_resources:
-                return
+
+        def removes(answer: DeltaDiscoveryResponse) -> bool:
             check(gone not in names(answer), f"{gone} was deleted, yet the {one_line(answer)}")
+            return gone in answer.removed_resources
+
+        await s.wait_for(CLUSTER, removes, f"the removal of the deleted {gone}")
 
 
 # -- reconnecting ---------------------------------------------------------------------------------
@@ -390,9 +393,17 @@ async def delta_reconnect_stale(ctx: CaseContext) -> None:
     versions[gone] = "xdscore-conformance-old-version"
     async with ctx.delta(resume=before) as after:
         await after.send(attrs.evolve(request, initial_resource_versions=versions))
-        updated = removed = False
-        while not (updated and removed):
-            answer = await after.response(CLUSTER)
-            await after.ack(answer)
-            updated = updated or clusters[0] in names(answer)
-            removed = removed or gone in answer.removed_resources
+        seen: list[DeltaDiscoveryResponse] = []
+
+        def both(answer: DeltaDiscoveryResponse) -> bool:
+            seen.append(answer)
+            updated = any(clusters[0] in names(r) for r in seen)
+            removed = any(gone in r.removed_resources for r in seen)
+            return updated and removed
+
+        await after.wait_for(
+            CLUSTER,
+            both,
+            f"{clusters[0]} (listed at an old version) sent again and {gone} (listed, deleted) "
+            "removed",
+        )

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ...protocol._features import RESOURCE_IN_SOTW, SUPPORTS_TTL
@@ -16,6 +16,7 @@ from ._checks import check, missing_name, names
 from ._session import Session
 from ._trace import short_type
 from ._verdicts import CaseFailed, CaseSkipped
+from ._world import World
 
 __all__: list[str] = []
 
@@ -48,13 +49,13 @@ def _with_ttl(
     return None
 
 
-async def _ttl_case(ctx: CaseContext, s: Session[Any, Any]) -> None:
+async def _ttl_case(ctx: CaseContext, s: Session[Any, Any], why: str) -> None:
     """What both TTL cases check, once the session holds listeners and clusters."""
     found = _with_ttl(s.received)
     if found is None:
         raise CaseSkipped(
             "no resource came with a TTL, though the client advertised reading them "
-            f"({SUPPORTS_TTL}, {RESOURCE_IN_SOTW})"
+            f"({SUPPORTS_TTL}, {RESOURCE_IN_SOTW}){why}"
         )
     type_url, held = found
     assert held.ttl is not None
@@ -104,9 +105,14 @@ def _response_version(response: DiscoveryResponse | DeltaDiscoveryResponse, entr
     return response.version_info if isinstance(response, DiscoveryResponse) else entry.version
 
 
-async def _give_ttl(ctx: CaseContext) -> None:
-    if ctx.can_change(lambda w: w.evolve(ttl=TTL_SECONDS)):
-        await ctx.change(lambda w: w.evolve(ttl=TTL_SECONDS), "listener_0 gets a TTL")
+async def _give_ttl(ctx: CaseContext) -> str:
+    """Give ``listener_0`` a TTL where the driver can; otherwise say why it cannot."""
+    give: Callable[[World], World] = lambda w: w.evolve(ttl=TTL_SECONDS)  # noqa: E731
+    reason = ctx.cannot(give)
+    if reason is None:
+        await ctx.change(give, "listener_0 gets a TTL")
+        return ""
+    return f"; the driver could not give one: {reason}"
 
 
 @case(
@@ -116,12 +122,12 @@ async def _give_ttl(ctx: CaseContext) -> None:
     invariants=[38],
 )
 async def sotw_ttl(ctx: CaseContext) -> None:
-    await _give_ttl(ctx)
+    why = await _give_ttl(ctx)
     async with ctx.sotw(node=ctx.node(features=[SUPPORTS_TTL, RESOURCE_IN_SOTW])) as s:
         await s.watch(LISTENER, None)
         await s.watch(CLUSTER, None)
         await s.settle(first=ctx.settings.response_timeout, within=0.1)
-        await _ttl_case(ctx, s)
+        await _ttl_case(ctx, s, why)
 
 
 @case(
@@ -131,12 +137,12 @@ async def sotw_ttl(ctx: CaseContext) -> None:
     invariants=[38],
 )
 async def delta_ttl(ctx: CaseContext) -> None:
-    await _give_ttl(ctx)
+    why = await _give_ttl(ctx)
     async with ctx.delta(node=ctx.node(features=[SUPPORTS_TTL])) as s:
         await s.subscribe(LISTENER)
         await s.subscribe(CLUSTER)
         await s.settle(first=ctx.settings.response_timeout, within=0.1)
-        await _ttl_case(ctx, s)
+        await _ttl_case(ctx, s, why)
 
 
 ERRORS_CLAUSE = (

@@ -151,10 +151,10 @@ def _mbb_cases(protocol: str) -> None:
             start = len(s.received)
             world = await ctx.change(change, "a new cluster, and the routes moved to it")
             await _settle(s, ctx)
-            route_moved(s, start, world.route_cluster)
             problem = _first_break(s.received, start)
             if problem is not None:
                 raise CaseFailed(problem)
+            route_moved(s, start, world.route_cluster)
 
     @case(
         f"{protocol}/ads/make-before-break-remove",
@@ -173,10 +173,10 @@ def _mbb_cases(protocol: str) -> None:
                 _remove, f"the routes move back and {added.route_cluster} goes"
             )
             await _settle(s, ctx)
-            route_moved(s, start, world.route_cluster)
             problem = _first_break(s.received, start)
             if problem is not None:
                 raise CaseFailed(problem)
+            route_moved(s, start, world.route_cluster)
 
     del add, remove
 
@@ -208,7 +208,9 @@ async def sotw_endpoints_after_cluster(ctx: CaseContext) -> None:
         check(bool(watched), "the client watches no endpoints")
         await s.watch(ENDPOINT, watched)
         await s.ack(clusters)
-        answer = await s.response(ENDPOINT)
+        answer = await s.wait_for(
+            ENDPOINT, lambda _: True, "after the cluster change, an answer to the EDS request"
+        )
         check(
             set(watched) <= {r.name for r in answer.resources},
             f"asked for {watched} after the cluster change, the answer held "

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from ...wire._records import DiscoveryResponse
 from ...wire._typeurls import CLUSTER, ENDPOINT, LISTENER, ROUTE
 from ._case import CaseContext, case
+from ._cases_stream import universe
 from ._checks import check, names, one_line
 from ._trace import short_type
 from ._world import World, cluster_name
@@ -43,7 +44,8 @@ def _wildcard_cases(type_url: str) -> None:
         invariants=[17],
     )
     async def legacy(ctx: CaseContext) -> None:
-        served = await ctx.names(which, 1)
+        await ctx.names(which, 1)
+        served = await universe(ctx, type_url)
         async with ctx.sotw() as s:
             await s.watch(type_url, None)
             _exactly(await s.response(type_url), served, "a request naming nothing")
@@ -58,7 +60,8 @@ def _wildcard_cases(type_url: str) -> None:
         invariants=[17],
     )
     async def explicit(ctx: CaseContext) -> None:
-        served = await ctx.names(which, 1)
+        await ctx.names(which, 1)
+        served = await universe(ctx, type_url)
         async with ctx.sotw() as s:
             await s.watch(type_url, ["*"])
             _exactly(await s.response(type_url), served, "a request for '*'")
@@ -90,7 +93,8 @@ def _wildcard_cases(type_url: str) -> None:
         invariants=[15, 17],
     )
     async def both(ctx: CaseContext) -> None:
-        served = await ctx.names(which, 2)
+        await ctx.names(which, 2)
+        served = await universe(ctx, type_url)
         async with ctx.sotw() as s:
             await s.watch(type_url, ["*", served[0]])
             union = await s.response(type_url)
@@ -314,11 +318,11 @@ async def sotw_missing_remembered(ctx: CaseContext) -> None:
         await s.watch(ENDPOINT, [*endpoints, newcomer])
         await s.settle(first=ctx.settings.response_timeout)
         await ctx.change(grow, f"{newcomer} appears")
-        while True:
-            answer = await s.response(ENDPOINT)
-            await s.ack(answer)
-            if newcomer in names(answer):
-                return
+        await s.wait_for(
+            ENDPOINT,
+            lambda r: newcomer in names(r),
+            f"an EDS response with {newcomer}, asked for before it existed,",
+        )
 
 
 @case(

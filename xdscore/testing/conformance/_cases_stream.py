@@ -3,6 +3,7 @@ the server does not know, and the per-type services."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 
 from ...wire._records import DeltaDiscoveryResponse, DiscoveryResponse
@@ -30,6 +31,28 @@ async def load_delta(ctx: CaseContext, session: DeltaSession) -> list[DeltaDisco
     await session.subscribe(CLUSTER)
     await session.subscribe(LISTENER)
     return await session.settle(follow=True, first=ctx.settings.response_timeout)
+
+
+async def universe(ctx: CaseContext, type_url: str) -> list[str]:
+    """Every name of ``type_url`` (LDS or CDS) the server owns to: the inventory's, and what
+    the legacy and the explicit wildcard get over SotW and over Delta. A case checking one
+    way of asking compares it with the others, so that no one of them is the only oracle."""
+    found = set((await ctx.inventory()).names(type_url))
+    within = ctx.settings.response_timeout
+    for wildcard in (None, ["*"]):
+        async with ctx.sotw() as s:
+            await s.watch(type_url, wildcard)
+            answer = await s.maybe_response(type_url, within=within)
+            found.update(names(answer) if answer is not None else ())
+        with contextlib.suppress(CaseSkipped):
+            async with ctx.delta() as d:
+                await d.subscribe(type_url, wildcard or ())
+                if (delta := await d.maybe_response(type_url, within=within)) is not None:
+                    found.update(names(delta))
+                    for more in await d.settle():
+                        found.update(names(more) if more.type_url == type_url else ())
+    ctx.note(f"every {short_type(type_url)} name served: {sorted(found)}")
+    return sorted(found)
 
 
 # -- the node ----------------------------------------------------------------------------
@@ -365,4 +388,4 @@ async def delta_per_type(ctx: CaseContext) -> None:
     ctx.note(f"per-type services checked: {', '.join(offered)}")
 
 
-__all__ = ["UNKNOWN_TYPE", "load_delta", "load_sotw"]
+__all__ = ["UNKNOWN_TYPE", "load_delta", "load_sotw", "universe"]

@@ -25,7 +25,7 @@ from ...wire._messages import decode_resource
 from ...wire._node import make_node
 from ...wire._records import Node
 from ...wire._resource import Resource
-from ...wire._typeurls import CLUSTER, ENDPOINT, LISTENER, ROUTE
+from ...wire._typeurls import CLUSTER, ENDPOINT, LISTENER, ROUTE, type_info
 from ._channel import ADS_SOTW, Channel
 from ._session import Rejector, SotwSession
 from ._trace import Trace
@@ -83,8 +83,16 @@ def probe_node(node_id: str | None = None, cluster: str = "") -> Node:
 
 @contextlib.asynccontextmanager
 async def _discovery(
-    channel: Channel, node: Node, *, quiet: float, response_timeout: float
+    channel: Channel,
+    node: Node,
+    *,
+    quiet: float,
+    response_timeout: float,
+    clusters: list[str] | None = None,
+    listeners: list[str] | None = None,
 ) -> AsyncIterator[SotwSession]:
+    """A stream watching ``clusters`` and ``listeners`` (``None``: the legacy wildcard) and,
+    once settled with ``follow``, what they refer to."""
     trace = Trace()
     rejector = Rejector()
     async with channel.stream(ADS_SOTW) as raw, anyio.create_task_group() as group:
@@ -99,8 +107,8 @@ async def _discovery(
             path=ADS_SOTW,
         )
         group.start_soon(session.read_forever)
-        await session.watch(CLUSTER, None)
-        await session.watch(LISTENER, None)
+        await session.watch(CLUSTER, clusters)
+        await session.watch(LISTENER, listeners)
         try:
             yield session
         finally:
@@ -108,8 +116,20 @@ async def _discovery(
 
 
 def _holdings(session: SotwSession) -> Inventory:
-    client = session.client
-    return Inventory({t: dict(client.holds(t)) for t in (CLUSTER, ENDPOINT, LISTENER, ROUTE)})
+    """What the stream was sent: resources of another type than their response's are left
+    out, and a response the client rejected still counts (a malformed response is the
+    business of the case that checks for it, not of every case)."""
+    held: dict[str, dict[str, Resource]] = {t: {} for t in (CLUSTER, ENDPOINT, LISTENER, ROUTE)}
+    for response in session.received:
+        kind = response.type_url
+        if kind not in held:
+            continue
+        fresh = {r.name: r for r in response.resources if r.type_url == kind and not r.name_only}
+        if type_info(kind).sotw_full_state:
+            held[kind] = fresh
+        else:
+            held[kind].update(fresh)
+    return Inventory(held)
 
 
 async def discover(
@@ -176,12 +196,18 @@ async def wait_until_served(
     channel: Channel, world: World, *, timeout: float, quiet: float, node_id: str | None = None
 ) -> None:
     """Return once a client like Envoy is served ``world``; raise :class:`CaseFailed`
-    saying what differs after ``timeout`` seconds."""
+    saying what differs after ``timeout`` seconds. The stream asks for the world's
+    clusters and listeners by name, so that it depends on no wildcard."""
     deadline = time.monotonic() + timeout
     matched_at: float | None = None
     last = "nothing was received"
     async with _discovery(
-        channel, probe_node(node_id), quiet=quiet, response_timeout=timeout
+        channel,
+        probe_node(node_id),
+        quiet=quiet,
+        response_timeout=timeout,
+        clusters=world.cluster_names,
+        listeners=world.listener_names,
     ) as session:
         while time.monotonic() < deadline:
             await session.settle(follow=True, within=min(quiet, 0.2))

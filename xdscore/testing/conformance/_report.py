@@ -22,7 +22,7 @@ def result_lines(result: CaseResult) -> str:
         return f"{line}\n      {result.detail}" if result.detail else line
     if result.outcome == SKIPPED:
         return f"{line}\n      skipped: {result.detail}"
-    lines = [line, _indent("clause: " + case.clause, 6), _indent("failed: " + result.detail, 6)]
+    lines = [line, _indent("clause: " + case.clause, 6), f"      failed: {result.detail}"]
     if result.trace:
         lines.append("      trace:")
         lines.append(textwrap.indent(result.trace, "        "))

@@ -107,7 +107,8 @@ async def run_case(suite: Suite, case: Case) -> CaseResult:
     """Run ``case`` within the suite's timeout."""
     trace = Trace()
     started = time.monotonic()
-    timeout = suite.settings.case_timeout
+    settings = suite.settings
+    timeout = settings.case_timeout * (settings.property_examples if case.per_example else 1)
     outcome, detail = PASSED, ""
     context = CaseContext(suite, case, trace)
     try:

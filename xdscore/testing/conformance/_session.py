@@ -38,6 +38,7 @@ from ...wire._records import (
     DiscoveryResponse,
 )
 from ...wire._resource import Resource
+from ...wire._typeurls import ENDPOINT, ROUTE
 from ._channel import RawStream, StreamEnded
 from ._trace import Trace, short_type
 from ._verdicts import CaseFailed, CaseSkipped
@@ -49,6 +50,10 @@ _Response = TypeVar("_Response", DiscoveryResponse, DeltaDiscoveryResponse)
 
 REJECTION = "rejected by the xdscore conformance suite"
 """The ``error_detail`` message of the suite's NACKs."""
+
+FOLLOWED = frozenset({ENDPOINT, ROUTE})
+"""The types a session follows, as Envoy does: the endpoints of the clusters it holds, the
+route configurations of its listeners (the clusters and listeners are its own choice)."""
 
 SETTLE_LIMIT = 200
 """Responses :meth:`Session.settle` takes before it calls the stream endless."""
@@ -252,6 +257,21 @@ class Session(Generic[_Request, _Response]):
     async def ack(self, response: _Response) -> _Request:
         raise NotImplementedError
 
+    async def wait_for(
+        self, type_url: str, wanted: Callable[[_Response], bool], what: str
+    ) -> _Response:
+        """Take (and acknowledge) responses of ``type_url`` until one that ``wanted``
+        accepts; a failure saying ``what`` did not come within the response timeout."""
+        deadline = time.monotonic() + self.response_timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            found = await self.maybe_response(type_url, within=max(remaining, 0.0))
+            if found is None:
+                raise CaseFailed(f"{what} did not come within {self.response_timeout:g} s")
+            await self.ack(found)
+            if wanted(found):
+                return found
+
     def unread(self) -> list[_Response]:
         """The responses received and not yet taken."""
         return list(self._unread)
@@ -292,6 +312,7 @@ class SotwSession(Session[DiscoveryRequest, DiscoveryResponse]):
     async def ack(self, response: DiscoveryResponse) -> DiscoveryRequest:
         """Apply ``response`` and send the machine's answer (an ACK, or a NACK for a response
         the machine rejects as Envoy would)."""
+        _asked_for(self.client.type_state(response.type_url) is not None, response)
         return await self.send(self.client.receive(response))
 
     def rejection(self, response: DiscoveryResponse) -> DiscoveryRequest:
@@ -317,6 +338,7 @@ class SotwSession(Session[DiscoveryRequest, DiscoveryResponse]):
         ) is not None:
             taken.append(response)
             _guard(taken, self.quiet)
+            _asked_for(self.client.type_state(response.type_url) is not None, response)
             acknowledgement = self.client.receive(response)
             if follow:
                 changed = self._follower.update(
@@ -324,7 +346,9 @@ class SotwSession(Session[DiscoveryRequest, DiscoveryResponse]):
                 )
                 for type_url, names in changed.items():
                     state = self.client.type_state(type_url)
-                    if state is not None and state.subscription.wildcard:
+                    if type_url not in FOLLOWED or (
+                        state is not None and state.subscription.wildcard
+                    ):
                         continue
                     await self.watch(type_url, sorted(names))
             await self.send(acknowledgement)
@@ -369,6 +393,7 @@ class DeltaSession(Session[DeltaDiscoveryRequest, DeltaDiscoveryResponse]):
     async def ack(self, response: DeltaDiscoveryResponse) -> DeltaDiscoveryRequest:
         """Apply ``response`` and send the machine's ACK (or its NACK for a response Envoy
         would reject)."""
+        _asked_for(self.client.type_state(response.type_url) is not None, response)
         return await self.send(self.client.receive(response))
 
     def rejection(self, response: DeltaDiscoveryResponse) -> DeltaDiscoveryRequest:
@@ -393,6 +418,7 @@ class DeltaSession(Session[DeltaDiscoveryRequest, DeltaDiscoveryResponse]):
         ) is not None:
             taken.append(response)
             _guard(taken, self.quiet)
+            _asked_for(self.client.type_state(response.type_url) is not None, response)
             acknowledgement = self.client.receive(response)
             if follow:
                 changed = self._follower.update(
@@ -400,7 +426,7 @@ class DeltaSession(Session[DeltaDiscoveryRequest, DeltaDiscoveryResponse]):
                 )
                 for type_url, names in changed.items():
                     state = self.client.type_state(type_url)
-                    if state is not None and state.wildcard:
+                    if type_url not in FOLLOWED or (state is not None and state.wildcard):
                         continue
                     wanted = set(state.requested) if state is not None else set()
                     if added := sorted(names - wanted):
@@ -409,6 +435,14 @@ class DeltaSession(Session[DeltaDiscoveryRequest, DeltaDiscoveryResponse]):
                         await self.unsubscribe(type_url, gone)
             await self.send(acknowledgement)
         return taken
+
+
+def _asked_for(asked: bool, response: DiscoveryResponse | DeltaDiscoveryResponse) -> None:
+    if not asked:
+        raise CaseFailed(
+            f"the server sent a {short_type(response.type_url)} response (nonce "
+            f"{response.nonce!r}), a type the client never asked for"
+        )
 
 
 def _guard(taken: Sequence[DiscoveryResponse | DeltaDiscoveryResponse], quiet: float) -> None:

@@ -62,6 +62,10 @@ class World:
         return [cluster_name(i) for i in sorted(self.clusters)]
 
     @property
+    def listener_names(self) -> list[str]:
+        return [listener for listener, _ in PAIRS]
+
+    @property
     def route_cluster(self) -> str:
         return cluster_name(self.route_to)
 
