@@ -343,7 +343,7 @@ async def sotw_deletion(ctx: CaseContext) -> None:
     async with ctx.sotw() as s:
         await s.watch(CLUSTER, None)
         await s.ack(await s.response(CLUSTER))
-        await s.collect()
+        await s.pause()
         world = await ctx.change(shrink, "a cluster is deleted")
         answer = await s.response(CLUSTER)
         _exactly(answer, world.cluster_names, "the first CDS response after the deletion")

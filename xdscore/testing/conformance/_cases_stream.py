@@ -82,7 +82,7 @@ async def sotw_node_first_only(ctx: CaseContext) -> None:
             f"a request without the node asked for {endpoints}; the answer was {one_line(answer)}",
         )
         await s.ack(answer)
-        await s.collect()
+        await s.pause()
 
 
 @case(
@@ -104,7 +104,7 @@ async def delta_node_first_only(ctx: CaseContext) -> None:
             f"{one_line(answer)}",
         )
         await s.ack(answer)
-        await s.collect()
+        await s.pause()
 
 
 # -- what a response holds -----------------------------------------------------------------
@@ -232,12 +232,10 @@ def _nonces(responses: Sequence[DiscoveryResponse | DeltaDiscoveryResponse]) -> 
     invariants=[5],
 )
 async def sotw_nonces(ctx: CaseContext) -> None:
-    endpoints = await ctx.names("endpoints", 2)
+    endpoints = await ctx.names("endpoints", 1)
     async with ctx.sotw() as s:
         await load_sotw(ctx, s)
-        await s.watch(ENDPOINT, endpoints[:1])
-        await s.settle(first=ctx.settings.response_timeout)
-        await s.watch(ENDPOINT, endpoints)
+        await s.watch(ENDPOINT, [*endpoints, missing_name(endpoints)])
         await s.settle(first=ctx.settings.response_timeout)
         _nonces(s.received)
 
@@ -287,7 +285,7 @@ async def sotw_unknown_type(ctx: CaseContext) -> None:
         await s.ack(await s.response(CLUSTER))
         await s.watch(ENDPOINT, endpoints)
         await s.ack(await s.response(ENDPOINT))
-        await s.collect()
+        await s.pause()
         _unknown_answers(s.received)
 
 
@@ -305,7 +303,7 @@ async def delta_unknown_type(ctx: CaseContext) -> None:
         await s.ack(await s.response(CLUSTER))
         await s.subscribe(ENDPOINT, endpoints[:1])
         await s.ack(await s.response(ENDPOINT))
-        await s.collect()
+        await s.pause()
         _unknown_answers(s.received)
 
 

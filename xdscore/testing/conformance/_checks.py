@@ -14,8 +14,13 @@ Response = DiscoveryResponse | DeltaDiscoveryResponse
 
 
 def names(response: Response) -> list[str]:
-    """The names of the resources a response carries with a body, in order."""
-    return [r.name for r in response.resources if not r.name_only]
+    """The names of the resources of the response's type it carries with a body, in order,
+    each once (a resource of another type, or a name twice, is for the cases that check
+    for them)."""
+    kind = response.type_url
+    return list(
+        dict.fromkeys(r.name for r in response.resources if r.type_url == kind and not r.name_only)
+    )
 
 
 def one_line(response: Response) -> str:

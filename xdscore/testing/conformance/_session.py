@@ -254,7 +254,23 @@ class Session(Generic[_Request, _Response]):
             await self.ack(response)
         return found
 
+    async def pause(
+        self, *, within: float | None = None, reject: Callable[[_Response], bool] | None = None
+    ) -> list[_Response]:
+        """Wait a quiet period, answering what arrives as the client would: an ACK, or a
+        NACK for a response ``reject`` picks (one with resources); return what arrived."""
+        found = await self.collect(within=within)
+        for response in found:
+            if reject is not None and reject(response) and response.resources:
+                await self.nack(response)
+            else:
+                await self.ack(response)
+        return found
+
     async def ack(self, response: _Response) -> _Request:
+        raise NotImplementedError
+
+    async def nack(self, response: _Response) -> _Request:
         raise NotImplementedError
 
     async def wait_for(
