@@ -87,11 +87,16 @@ class NodeOnEveryRequest(Fault):
         return [request]
 
 
+def _first_routes(log: Any, response: Message) -> bool:
+    """Whether ``response`` is the stream's first route configuration response with any."""
+    return bool(response.type_url == ROUTE and response.resources and ROUTE not in log.responses)
+
+
 class ForeignResourceInRoutes(Fault):
-    """Adds a cluster to every route configuration response."""
+    """Adds a cluster to the first route configuration response of a stream."""
 
     async def response(self, response: Message) -> list[Message]:
-        if response.type_url != ROUTE or not response.resources:
+        if not _first_routes(self.log, response):
             return [response]
         stray = any_pb2.Any(
             type_url=CLUSTER, value=cluster_pb2.Cluster(name="xdscore-stray").SerializeToString()
@@ -105,11 +110,11 @@ class ForeignResourceInRoutes(Fault):
 
 
 class DuplicateInRoutes(Fault):
-    """Repeats the first resource of every SotW route configuration response; over Delta,
-    also removes it in the same response."""
+    """Repeats the first resource of the first SotW route configuration response of a
+    stream; over Delta, also removes it in the same response."""
 
     async def response(self, response: Message) -> list[Message]:
-        if response.type_url != ROUTE or not response.resources:
+        if not _first_routes(self.log, response):
             return [response]
         changed = copy(response)
         if self.log.delta:

@@ -3,6 +3,8 @@ fault made for that case (tests/conformance/_faults.py), the case fails."""
 
 from __future__ import annotations
 
+import os
+
 import attrs
 import pytest
 
@@ -43,3 +45,20 @@ async def test_the_property_mode_finds_a_fault_and_shrinks_it() -> None:
     assert steps.count(";") <= 2, steps
     assert "reject the next" in steps
     assert "← [sotw#" in result.trace
+
+
+MATRIX = "XDSCORE_CONFORMANCE_MATRIX"
+
+
+@pytest.mark.skipif(not os.environ.get(MATRIX), reason=f"about 50 minutes: set {MATRIX}=1")
+@pytest.mark.parametrize("case", CASES, ids=lambda case: case.id)
+async def test_the_whole_suite_against_each_fault_fails_that_case_alone(case: Case) -> None:
+    """Every case run against each fault: only the cases the fault was made for fail (two
+    share one: the server without ordering)."""
+    fault = FAULTS[case.id]
+    async with serving(fault=fault) as driver:
+        report = await run_suite(driver, settings=SETTINGS)
+    expected = {known for known, made in FAULTS.items() if made is fault}
+    assert {r.case.id for r in report.failures} == expected, [
+        (r.case.id, r.detail) for r in report.failures
+    ]

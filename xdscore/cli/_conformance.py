@@ -184,6 +184,7 @@ async def run(args: argparse.Namespace) -> int:
     if isinstance(driver, str):
         print(f"xdscore conformance: {driver}", file=sys.stderr)
         return EXIT_USAGE
+    driver.node_id = args.node_id
     settings = conformance.Settings(
         quiet=args.quiet_period,
         response_timeout=args.response_timeout,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from typing import Any, TypeVar
 
 import anyio
 import attrs
@@ -23,7 +24,7 @@ from ...protocol._delta_client import DeltaClient
 from ...protocol._sotw_client import SotwClient
 from ...wire._node import make_node
 from ...wire._records import Node
-from ._channel import ADS_DELTA, ADS_SOTW, Channel
+from ._channel import ADS_DELTA, ADS_SOTW, Channel, RawStream
 from ._drivers import Driver, DriverError
 from ._inventory import USER_AGENT, Inventory, discover, probe_node
 from ._session import DeltaSession, Rejector, SotwSession
@@ -32,6 +33,8 @@ from ._verdicts import CaseFailed, CaseSkipped
 from ._world import World
 
 __all__ = ["CASES", "Case", "CaseContext", "Settings", "case"]
+
+_S = TypeVar("_S", SotwSession, DeltaSession)
 
 
 @attrs.frozen
@@ -259,27 +262,11 @@ class CaseContext:
                 node=node or self.node(), validate=rejector, node_on_first_request_only=node_once
             )
         label = f"sotw#{next(self._streams)}"
-        with single_errors():
-            async with (
-                self._suite.channel().stream(path) as raw,
-                anyio.create_task_group() as group,
-            ):
-                session = SotwSession(
-                    label,
-                    raw,
-                    self.trace,
-                    client,
-                    rejector,
-                    response_timeout=self.settings.response_timeout,
-                    quiet=self.quiet,
-                    path=path,
-                )
-                self.trace.note(label, f"stream opened: {path}")
-                group.start_soon(session.read_forever)
-                try:
-                    yield session
-                finally:
-                    group.cancel_scope.cancel()
+        async with self._stream(
+            path,
+            lambda raw: SotwSession(label, raw, self.trace, client, rejector, **self._clocks(path)),
+        ) as session:
+            yield session
 
     @contextlib.asynccontextmanager
     async def delta(
@@ -300,22 +287,33 @@ class CaseContext:
                 node=node or self.node(), validate=rejector, node_on_first_request_only=node_once
             )
         label = f"delta#{next(self._streams)}"
+        async with self._stream(
+            path,
+            lambda raw: DeltaSession(
+                label, raw, self.trace, client, rejector, **self._clocks(path)
+            ),
+        ) as session:
+            yield session
+
+    def _clocks(self, path: str) -> dict[str, Any]:
+        settings = self.settings
+        return {
+            "response_timeout": settings.response_timeout,
+            "quiet": settings.quiet,
+            "path": path,
+        }
+
+    @contextlib.asynccontextmanager
+    async def _stream(self, path: str, make: Callable[[RawStream], _S]) -> AsyncIterator[_S]:
+        """A call to ``path`` on the suite's connection, its session reading in a task of
+        its own until the block ends."""
         with single_errors():
             async with (
                 self._suite.channel().stream(path) as raw,
                 anyio.create_task_group() as group,
             ):
-                session = DeltaSession(
-                    label,
-                    raw,
-                    self.trace,
-                    client,
-                    rejector,
-                    response_timeout=self.settings.response_timeout,
-                    quiet=self.quiet,
-                    path=path,
-                )
-                self.trace.note(label, f"stream opened: {path}")
+                session = make(raw)
+                self.trace.note(session.label, f"stream opened: {path}")
                 group.start_soon(session.read_forever)
                 try:
                     yield session

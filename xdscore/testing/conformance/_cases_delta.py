@@ -144,7 +144,9 @@ def _named_cases(type_url: str) -> None:
                 ctx.partly("the driver cannot change the resources, so no later change was checked")
                 return
             await ctx.change(change, f"every {kind.upper()} resource changes")
-            answer = await s.response(type_url)
+            answer = await s.wait_for(
+                type_url, lambda _: True, f"after the change, a {kind.upper()} response"
+            )
             check(
                 dropped not in names(answer) and kept in names(answer),
                 f"after the change, the {one_line(answer)}; expected {kept} and not {dropped}",

@@ -218,7 +218,9 @@ def _named_cases(type_url: str) -> None:
                 ctx.partly("the driver cannot change the resources, so no later change was checked")
                 return
             await ctx.change(change, f"every {kind.upper()} resource changes")
-            answer = await s.response(type_url)
+            answer = await s.wait_for(
+                type_url, lambda _: True, f"after the change, a {kind.upper()} response"
+            )
             check(
                 dropped not in names(answer) and kept in names(answer),
                 f"after the change, the {one_line(answer)}; expected {kept} and not {dropped}",
@@ -345,7 +347,7 @@ async def sotw_deletion(ctx: CaseContext) -> None:
         await s.ack(await s.response(CLUSTER))
         await s.pause()
         world = await ctx.change(shrink, "a cluster is deleted")
-        answer = await s.response(CLUSTER)
+        answer = await s.wait_for(CLUSTER, lambda _: True, "after the deletion, a CDS response")
         _exactly(answer, world.cluster_names, "the first CDS response after the deletion")
 
 

@@ -71,9 +71,13 @@ class Driver:
     baseline: World | None = None
     """What the driver starts with, and what the runner restores before a case."""
     apply_timeout: float = 15.0
-    quiet: float = 0.2
+    """Seconds a change may take to be seen by a client."""
+    probe_window: float = 0.2
+    """Seconds without a response after which the stream that watches a change arrive
+    looks again."""
     node_id: str | None = None
-    """When the server serves only one node id, the id the suite's streams present."""
+    """The node id that stream presents (for a server that serves known nodes only; the
+    command line sets it from ``--node-id``)."""
 
     def cannot(self, world: World) -> str | None:
         """Why the driver cannot make the server serve ``world`` (``None``: it can)."""
@@ -93,7 +97,11 @@ class Driver:
         channel = self.channel()
         try:
             await wait_until_served(
-                channel, world, timeout=self.apply_timeout, quiet=self.quiet, node_id=self.node_id
+                channel,
+                world,
+                timeout=self.apply_timeout,
+                quiet=self.probe_window,
+                node_id=self.node_id,
             )
         except Exception as exc:
             raise DriverError(str(exc)) from exc
