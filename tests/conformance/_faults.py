@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 import anyio
 from envoy.config.cluster.v3 import cluster_pb2
+from envoy.config.listener.v3 import listener_pb2
 from envoy.service.discovery.v3 import discovery_pb2
 from google.protobuf import any_pb2
 
@@ -121,6 +122,23 @@ class DuplicateInRoutes(Fault):
             changed.removed_resources.append(response.resources[0].name)
         else:
             changed.resources.append(response.resources[0])
+        return [changed]
+
+
+class InnerNameDiffers(Fault):
+    """Sends each Delta listener under its name, carrying a listener named otherwise."""
+
+    protocols = ("delta",)
+
+    async def response(self, response: Message) -> list[Message]:
+        if response.type_url != LISTENER:
+            return [response]
+        changed = copy(response)
+        for item in changed.resources:
+            if item.HasField("resource"):
+                listener = listener_pb2.Listener.FromString(item.resource.value)
+                listener.name += "-inner"
+                item.resource.value = listener.SerializeToString()
         return [changed]
 
 
@@ -397,10 +415,11 @@ class SubscriptionNeverShrinks(_Typed):
         self.ever: set[str] = set()
 
     async def request(self, request: Message) -> list[Message]:
-        if self.mine(request) and request.resource_names:
-            self.ever.update(request.resource_names)
+        names = list(request.resource_names)
+        if self.mine(request) and names:
+            self.ever.update(n for n in names if n != "*")
             del request.resource_names[:]
-            request.resource_names.extend(sorted(self.ever))
+            request.resource_names.extend(sorted(self.ever) + (["*"] if "*" in names else []))
         return [request]
 
 
@@ -741,6 +760,7 @@ FAULTS: dict[str, type[Fault]] = {
     **_both("node/first-request-only", NodeOnEveryRequest),
     **_both("response/type-consistent", ForeignResourceInRoutes),
     **_both("response/no-duplicate-names", DuplicateInRoutes),
+    "delta/response/names-match": InnerNameDiffers,
     **_both("nonce/unique", NoncePerType),
     **_both("unknown-type/others-served", UnknownTypeEndsStream),
     **_both("per-type/served", PerTypeResendsOnAck),
@@ -759,6 +779,7 @@ FAULTS: dict[str, type[Fault]] = {
             ("named", FirstNamedRequestGetsAll),
             ("wildcard-and-names", StarWithNamesIgnoresStar),
             ("empty-after-names", EmptyListIsWildcard),
+            ("unsubscribe", SubscriptionNeverShrinks),
         )
     },
     **{

@@ -129,6 +129,31 @@ def _wildcard_cases(type_url: str) -> None:
                 allowed=lambda r: not r.resources,
             )
 
+    @case(
+        f"sotw/{kind}/unsubscribe",
+        f"{kind.upper()}: a name left out of the list is left out of the full state",
+        clause=(
+            "resource_names is the whole set wanted, and an LDS or CDS response the whole "
+            "state of it: after a name is left out, the next response holds the others alone "
+            "(xds_protocol.rst, 'Unsubscribing From Resources', 'Grouping Resources into "
+            "Responses')."
+        ),
+        invariants=[15, 21],
+    )
+    async def unsubscribe(ctx: CaseContext) -> None:
+        served = await ctx.names(which, 2)
+        pair = served[:2]
+        async with ctx.sotw() as s:
+            await s.watch(type_url, pair)
+            named = await s.response(type_url)
+            _exactly(named, pair, f"a request for {pair}")
+            await s.ack(named)
+            await s.watch(type_url, pair[:1])
+            answer = await s.wait_for(
+                type_url, lambda _: True, f"after {pair[1]} was left out, a {kind.upper()} response"
+            )
+            _exactly(answer, pair[:1], f"then a request for {pair[:1]}")
+
 
 _wildcard_cases(CLUSTER)
 _wildcard_cases(LISTENER)

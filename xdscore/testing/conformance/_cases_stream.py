@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Sequence
 
+from ...wire._reader import name_field
 from ...wire._records import DeltaDiscoveryResponse, DiscoveryResponse
 from ...wire._typeurls import CLUSTER, ENDPOINT, LISTENER, ROUTE, TYPE_URL_PREFIX, type_info
 from ._case import CaseContext, case
@@ -200,6 +201,31 @@ async def delta_no_duplicates(ctx: CaseContext) -> None:
         for response in responses:
             problem = _duplicates(response)
             check(problem is None, f"the {one_line(response)} {problem}")
+
+
+@case(
+    "delta/response/names-match",
+    "each resource's name is the name of the resource it carries",
+    clause=(
+        "A Delta response names each resource beside its body; both name the same resource, "
+        "since a client keeps it by the one and uses the other (discovery.proto, "
+        "Resource.name)."
+    ),
+    invariants=[4],
+)
+async def delta_names_match(ctx: CaseContext) -> None:
+    async with ctx.delta() as s:
+        for response in await load_delta(ctx, s):
+            for resource in response.resources:
+                if resource.name_only or resource.type_url != response.type_url:
+                    continue
+                inside = name_field(resource.body)
+                check(
+                    inside == resource.name,
+                    f"the {short_type(response.type_url)} response with nonce "
+                    f"{response.nonce!r} sends {resource.name!r} carrying a resource named "
+                    f"{inside!r}",
+                )
 
 
 # -- nonces ------------------------------------------------------------------------------

@@ -55,6 +55,9 @@ FOLLOWED = frozenset({ENDPOINT, ROUTE})
 """The types a session follows, as Envoy does: the endpoints of the clusters it holds, the
 route configurations of its listeners (the clusters and listeners are its own choice)."""
 
+MAX_UNREAD = 1000
+"""Responses a session holds unread before it stops reading and calls the server flooding."""
+
 SETTLE_LIMIT = 200
 """Responses :meth:`Session.settle` takes before it calls the stream endless."""
 
@@ -120,7 +123,7 @@ class Session(Generic[_Request, _Response]):
                 try:
                     response = self._decode(data)
                 except RemoteProtocolError as exc:
-                    self._malformed = str(exc)
+                    self._malformed = f"a response does not decode: {exc}"
                     self.trace.note(self.label, f"malformed response: {exc}")
                     self._wake()
                     continue
@@ -129,6 +132,11 @@ class Session(Generic[_Request, _Response]):
                 self.arrivals.append(time.monotonic())
                 self._unread.append(response)
                 self._wake()
+                if len(self._unread) >= MAX_UNREAD:
+                    self._malformed = (
+                        f"{MAX_UNREAD} responses came that the client had not answered"
+                    )
+                    return
         except StreamEnded as exc:
             self._end(exc)
 
@@ -144,7 +152,7 @@ class Session(Generic[_Request, _Response]):
     def check_alive(self, waiting_for: str) -> None:
         """Raise the failure (or skip) a malformed response or the stream's end calls for."""
         if self._malformed is not None:
-            raise CaseFailed(f"the server sent a response that does not decode: {self._malformed}")
+            raise CaseFailed(f"the server misbehaved on the stream: {self._malformed}")
         ended = self.ended
         if ended is None:
             return
