@@ -23,7 +23,7 @@ from typing import cast
 
 from hpack import Decoder, Encoder
 
-from xdscore.transport._h2_wire import (
+from xdscore.transport.h2.wire import (
     ACK,
     DEFAULT_FRAME,
     DEFAULT_WINDOW,

@@ -1,11 +1,15 @@
-"""The compiled build (``make compiled``): which modules it holds, and whether it is stale."""
+"""The compiled build in a clone (``make compiled``): which modules it holds, and whether it is
+stale."""
 
 from __future__ import annotations
 
 import importlib
+import os
 import tomllib
 from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
+
+from xdscore._build import module_name
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -18,7 +22,7 @@ def _settings() -> dict[str, list[str]]:
 
 def listed() -> list[str]:
     """The modules pyproject.toml says to compile, as dotted names."""
-    return [path.removesuffix(".py").replace("/", ".") for path in _settings()["compiled"]]
+    return [module_name(path) for path in _settings()["compiled"]]
 
 
 def tools() -> list[Path]:
@@ -42,11 +46,16 @@ def compiled(module: str) -> bool:
 
 
 def stale_sources() -> list[Path]:
-    """The sources of the package and the tools newer than the oldest compiled module (none
-    without a compiled build)."""
-    times = [path.stat().st_mtime for path in built()]
+    """The sources newer than the oldest compiled module that would be loaded (none without
+    a compiled build). Under ``XDSCORE_PURE=1`` xdscore's modules come from their sources, so
+    only the tools count."""
+    package = ROOT / "xdscore"
+    pure = os.environ.get("XDSCORE_PURE") == "1"
+    times = [
+        path.stat().st_mtime for path in built() if not (pure and path.is_relative_to(package))
+    ]
     if not times:
         return []
     oldest = min(times)
-    sources = [*(ROOT / "xdscore").rglob("*.py"), *tools()]
+    sources = [*([] if pure else package.rglob("*.py")), *tools()]
     return sorted(p for p in sources if p.stat().st_mtime > oldest)

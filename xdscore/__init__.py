@@ -13,14 +13,17 @@ import importlib
 import importlib.metadata
 from typing import TYPE_CHECKING, Any
 
+from ._build import load_sources_only, pure_requested
+
+if pure_requested():  # XDSCORE_PURE=1: the sources, even where compiled modules are present
+    load_sources_only()
+
 if TYPE_CHECKING:
     from ._errors import GrpcStatus, LocalProtocolError, ProtocolError, RemoteProtocolError
     from .cache import (
         Cache,
         LinearCache,
         MuxCache,
-        NodeSelector,
-        Scope,
         ScopedCache,
         Snapshot,
         SnapshotCache,
@@ -66,13 +69,11 @@ __all__ = [
     "LocalProtocolError",
     "MuxCache",
     "Node",
-    "NodeSelector",
     "ProtocolError",
     "RemoteProtocolError",
     "Resource",
     "ResponseAcked",
     "ResponseNacked",
-    "Scope",
     "ScopedCache",
     "ServerCallbacks",
     "Snapshot",
@@ -97,8 +98,6 @@ _HOMES = {
             "Cache",
             "LinearCache",
             "MuxCache",
-            "NodeSelector",
-            "Scope",
             "ScopedCache",
             "Snapshot",
             "SnapshotCache",

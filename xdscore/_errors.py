@@ -11,6 +11,7 @@ __all__ = [
     "ProtocolError",
     "RemoteProtocolError",
     "StreamClosed",
+    "too_many_names",
 ]
 
 
@@ -72,3 +73,10 @@ class StreamClosed(Exception):
     A transport raises it from a byte stream's ``receive`` or ``send``; the driver then ends
     the stream cleanly. It is not a failure and carries no status.
     """
+
+
+def too_many_names(what: str, count: int, limit: int) -> RemoteProtocolError:
+    """The error for a request whose list ``what`` holds ``count`` names, over ``limit``."""
+    return RemoteProtocolError(
+        f"{what} lists {count} names; the limit is {limit}", GrpcStatus.RESOURCE_EXHAUSTED
+    )

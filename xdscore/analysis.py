@@ -41,6 +41,9 @@ XDS014  WARNING   Locality without weight: endpoints that proxyless gRPC clients
                   ``load_balancing_weight``; gRPC ignores it, and fails RPCs with UNAVAILABLE
                   when no other locality is left. Envoy does not need the weight, so the check
                   is only made for what an API listener reaches.
+XDS015  WARNING   Private secret visible to several scopes (``scopes.yaml``): a secret with
+                  a private key, a password or a shared secret is in more than one scope's
+                  view, so the proxies of each can read it.
 ======  ========  ==============================================================================
 
 Which types count as present decides what a dangling or an unreferenced resource is. A
@@ -74,7 +77,7 @@ from .cache._scoped import GRAPH_TYPES, Scope, ScopedCache
 from .cache._snapshot import Snapshot
 from .cache._snapshot_cache import SnapshotCache, same_for_all
 from .wire._constraints import violations
-from .wire._messages import message_class, resource_name
+from .wire._messages import holds_private_parts, message_class, resource_name
 from .wire._names import canonical_name, collection_of
 from .wire._records import Node
 from .wire._references import unresolvable
@@ -106,6 +109,7 @@ __all__ = [
     "PER_REQUEST_CLUSTER",
     "SCOPE_EMPTY",
     "SCOPE_SHADOWED",
+    "SCOPE_SHARED_SECRET",
     "SCOPE_UNMATCHED_EGRESS",
     "UNKNOWN_FIELDS",
     "UNREFERENCED",
@@ -150,6 +154,7 @@ SCOPE_SHADOWED = "XDS011"
 SCOPE_EMPTY = "XDS012"
 FIELD_CONSTRAINT = "XDS013"
 UNWEIGHTED_LOCALITY = "XDS014"
+SCOPE_SHARED_SECRET = "XDS015"
 
 CODES: Mapping[str, tuple[Severity, str]] = {
     DANGLING_REFERENCE: (Severity.ERROR, "dangling reference"),
@@ -166,6 +171,7 @@ CODES: Mapping[str, tuple[Severity, str]] = {
     SCOPE_EMPTY: (Severity.WARNING, "scope sees nothing"),
     FIELD_CONSTRAINT: (Severity.ERROR, "field constraint"),
     UNWEIGHTED_LOCALITY: (Severity.WARNING, "locality without weight (gRPC)"),
+    SCOPE_SHARED_SECRET: (Severity.WARNING, "private secret visible to several scopes"),
 }
 """Every code: its severity and a short title."""
 
@@ -636,13 +642,15 @@ def analyze_scopes(
 ) -> Report:
     """Check scopes against the resources they select from: an egress glob that matches no
     cluster (XDS010), a scope whose node selector an earlier scope's covers, so that it
-    selects no node (XDS011), and a scope that sees no resource at all (XDS012)."""
+    selects no node (XDS011), a scope that sees no resource at all (XDS012), and a secret
+    with private parts that more than one scope sees (XDS015)."""
     ordered = list(scopes)
     clusters = list(resources.resources(CLUSTER) or {})
     source = SnapshotCache(group=same_for_all)
     source.set_snapshot(None, resources)
     cache = ScopedCache(source, ordered)
     found: list[Diagnostic] = []
+    seen_by: dict[str, list[str]] = {}
 
     def report(code: str, scope: Scope, message: str, field: str | None = None) -> None:
         found.append(
@@ -675,4 +683,21 @@ def analyze_scopes(
         view = cache.scope_view(scope.name, Node())
         if view is not None and not any(view.resources(t) for t in GRAPH_TYPES):
             report(SCOPE_EMPTY, scope, "its closure is empty: its proxies get no resource")
+        for name in (view.resources(SECRET) or {}) if view is not None else ():
+            seen_by.setdefault(name, []).append(scope.name)
+    secrets = resources.resources(SECRET) or {}
+    for name, scopes_seeing in sorted(seen_by.items()):
+        if len(scopes_seeing) > 1 and holds_private_parts(secrets[name]):
+            found.append(
+                Diagnostic(
+                    code=SCOPE_SHARED_SECRET,
+                    severity=CODES[SCOPE_SHARED_SECRET][0],
+                    message=f"secret {name!r} holds private parts (a key, a password) and "
+                    f"scopes {', '.join(map(repr, scopes_seeing))} all see it: the proxies "
+                    "of each can read it",
+                    type_url=SECRET,
+                    name=name,
+                    where=where,
+                )
+            )
     return Report(found)

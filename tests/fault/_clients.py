@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import subprocess
+import sys
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -581,3 +583,56 @@ def rss_bytes() -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) * 1024
     raise RuntimeError("no VmRSS in /proc/self/status")
+
+
+# -- the benchmark server, in a process of its own -----------------------------------------
+
+BENCH_SERVER = Path(__file__).parents[2] / "benchmarks" / "xds_server.py"
+
+
+class BenchServer:
+    """The benchmark server (R clusters from a snapshot, endpoints from a linear cache) as a
+    subprocess driven over stdin, so that its memory is measured on its own, from outside."""
+
+    def __init__(self, process: subprocess.Popen[str], target: str) -> None:
+        self.process = process
+        self.target = target
+
+    def push(self) -> None:
+        assert self.process.stdin is not None
+        assert self.process.stdout is not None
+        self.process.stdin.write("push\n")
+        self.process.stdin.flush()
+        while not self.process.stdout.readline().startswith("SNAPSHOT_SET"):
+            pass
+
+    def _status(self, field: str) -> float:
+        status = Path(f"/proc/{self.process.pid}/status").read_text()
+        kb = next(line for line in status.splitlines() if line.startswith(f"{field}:"))
+        return int(kb.split()[1]) / 1024
+
+    def rss_mb(self) -> float:
+        """The process's resident memory now."""
+        return self._status("VmRSS")
+
+    def peak_mb(self) -> float:
+        """The most resident memory since the last :meth:`reset_peak`."""
+        return self._status("VmHWM")
+
+    def reset_peak(self) -> None:
+        Path(f"/proc/{self.process.pid}/clear_refs").write_text("5")
+
+
+@contextlib.contextmanager
+def bench_server(clusters: int, transport: str = "http2") -> Iterator[BenchServer]:
+    command = [sys.executable, str(BENCH_SERVER), "--addr", "127.0.0.1:0"]
+    command += ["--clusters", str(clusters), "--transport", transport]
+    process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert line.startswith("LISTENING"), line
+        yield BenchServer(process, line.split("addr=", 1)[1].strip())
+    finally:
+        process.kill()
+        process.wait()

@@ -315,7 +315,8 @@ async def test_files_over_the_size_limits_are_refused_unread(config: Path) -> No
         refused = await served.logged(REFUSED, timeout=5) - written
         report = served.after(REFUSED)
         assert "huge.yaml: refused: the file is 1,200,003 bytes" in report
-        assert "over the limit of 1,000,000 bytes for one file (max_file_bytes)" in report
+        assert "over the limit of 1,000,000 bytes for one file" in report
+        assert "(raise it with --max-file-bytes, or max_file_bytes=)" in report
         assert refused < 1, f"refused after {refused:.2f} s"
 
         # Two files each within the limit, together over the directory's.
@@ -325,7 +326,8 @@ async def test_files_over_the_size_limits_are_refused_unread(config: Path) -> No
         (config / "other.yaml").write_bytes(b"# " + b"x" * 800_000 + b"\n")
         refused_total = await served.logged(REFUSED, count=2, timeout=5) - written
         last = served.lines[-1][1]
-        assert "over the limit of 1,500,000 bytes for a directory (max_config_bytes)" in last
+        assert "over the limit of 1,500,000 bytes for a directory" in last
+        assert "(raise it with --max-config-bytes, or max_config_bytes=)" in last
         assert refused_total < 1, f"refused after {refused_total:.2f} s"
         assert watcher.generation == 0
         assert served.count(APPLIED) == 0

@@ -1,12 +1,13 @@
 """One group's resources never reach another group's proxy, over mutual TLS on loopback.
 
-The server is the real grpclib transport with ``server_ssl_context`` (client certificates
-required), a ``SnapshotCache`` grouped by node id whose two groups hold different clusters
-and secrets, and ``SpiffeNodePolicy`` binding each node id to its certificate's SPIFFE ID.
+The server is each transport in turn (``Http2Transport`` and ``GrpclibTransport``) with
+``server_ssl_context`` (client certificates required), a ``SnapshotCache`` grouped by node
+id whose two groups hold different clusters and secrets, ``SpiffeNodePolicy`` binding each
+node id to its certificate's SPIFFE ID, and one operator identity (``SpiffeOperators``).
 The clients are grpcio with certificates of their own, sending requests built by the
 library's ``SotwClient`` and decoding what comes back with ``decode_response``. Each
 check looks at the raw bytes too: the other group's secret must not appear in anything a
-client was sent.
+client was sent. CSDS tells each proxy about its own node, and the operator about all.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from xdscore import (
     CLUSTER,
     ENDPOINT,
     SECRET,
+    GrpclibTransport,
     Http2Transport,
     Snapshot,
     SnapshotCache,
@@ -33,9 +35,10 @@ from xdscore import (
 )
 from xdscore import builders as b
 from xdscore.protocol import SotwClient
-from xdscore.server import SpiffeNodePolicy
+from xdscore.server import SpiffeNodePolicy, SpiffeOperators
 from xdscore.transport import server_ssl_context
 from xdscore.wire import DiscoveryRequest, decode_response, encode_request, make_node
+from xdscore.wire._csds import IdMatcher, decode_status_response, encode_status_query
 
 from ..tls_support import CertificateAuthority, Issued
 from ._clients import ADS, Connection, Failure, RawCall
@@ -45,6 +48,8 @@ pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
 TRUST_DOMAIN = "spiffe://example.org"
 GROUPS = ("a", "b")
+OPERATOR = f"{TRUST_DOMAIN}/ns/ops/sa/status"
+CSDS = "/envoy.service.status.v3.ClientStatusDiscoveryService"
 
 
 def spiffe_id(group: str) -> str:
@@ -115,19 +120,24 @@ class TlsConnection(Connection):
         self.calls: list[RawCall] = []
 
 
-@pytest.fixture
-async def secured(tmp_path: Path) -> AsyncIterator[Secured]:
+@pytest.fixture(params=[Http2Transport, GrpclibTransport], ids=["http2", "grpclib"])
+async def secured(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Secured]:
     ca = CertificateAuthority()
     files = ca.server().write(tmp_path, "server")
     context = server_ssl_context(files.cert, files.key, client_ca=ca.write(tmp_path))
     cache = SnapshotCache(group=by_node_id)
     for group in GROUPS:
         cache.set_snapshot(node_id(group), group_snapshot(group))
-    server = XdsServer(cache, authorize=SpiffeNodePolicy())
-    transport = Http2Transport(server)
+    server = XdsServer(
+        cache,
+        authorize=SpiffeNodePolicy(),
+        operators=SpiffeOperators([f"{TRUST_DOMAIN}/ns/ops/sa/*"]),
+    )
+    transport = request.param(server)
     port = await transport.start("127.0.0.1", 0, ssl_context=context)
     certificates = {group: ca.client(spiffe_id(group)) for group in GROUPS}
     certificates["no-policy-match"] = ca.client(f"{TRUST_DOMAIN}/proxy")
+    certificates["operator"] = ca.client(OPERATOR)
     try:
         yield Secured(cache, server, port, ca, certificates)
     finally:
@@ -262,3 +272,42 @@ async def test_a_node_changing_mid_stream_is_invalid_argument(secured: Secured) 
         assert not any(secret_bytes("b") in data for data in switcher.received)
     # Not an authorization refusal: the authorizer allowed the stream's node.
     assert secured.denied() == 0
+
+
+async def client_status(
+    connection: Connection, *, node_prefix: str = "", unary: bool = False
+) -> list[str]:
+    """The node ids CSDS reports on ``connection`` (its stream method, or the unary one)."""
+    query = encode_status_query([IdMatcher("prefix", node_prefix)] if node_prefix else [])
+    if unary:
+        call = connection.channel.unary_unary(f"{CSDS}/FetchClientStatus")
+        answer = await call(query, timeout=5)
+    else:
+        stream = connection.open(f"{CSDS}/StreamClientStatus")
+        await stream.send(query)
+        answer = await stream.next(timeout=5)
+    assert isinstance(answer, bytes), answer
+    return sorted(report.node.id for report in decode_status_response(answer))
+
+
+async def test_csds_tells_a_proxy_about_its_own_node_and_an_operator_about_all(
+    secured: Secured,
+) -> None:
+    async with secured.connect("a") as conn_a, secured.connect("b") as conn_b:
+        a, b_ = proxy(conn_a, node_id("a")), proxy(conn_b, node_id("b"))
+        for client in (a, b_):
+            await client.subscribe()
+        await a.until(own("a"))
+        await b_.until(own("b"))
+        for unary in (False, True):
+            assert await client_status(conn_a, unary=unary) == [node_id("a")]
+            assert await client_status(conn_b, unary=unary) == [node_id("b")]
+            # Asked about the other node by name: nothing, not even that it exists.
+            assert await client_status(conn_a, node_prefix=node_id("b"), unary=unary) == []
+        for name, expected in (
+            ("operator", [node_id("a"), node_id("b")]),
+            ("no-policy-match", []),
+        ):
+            async with secured.connect(name) as connection:
+                assert await client_status(connection) == expected, name
+                assert await client_status(connection, unary=True) == expected, name

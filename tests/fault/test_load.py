@@ -11,10 +11,7 @@ import asyncio
 import contextlib
 import re
 import statistics
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -35,6 +32,7 @@ from ._clients import (
     HealthyClient,
     Plane,
     ack,
+    bench_server,
     channel,
     control_plane,
     eventually,
@@ -44,7 +42,6 @@ from ._clients import (
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 
-BENCH_SERVER = Path(__file__).parents[2] / "benchmarks" / "xds_server.py"
 _RETRY = re.compile(r"retry after ([0-9.]+) s")
 
 
@@ -122,46 +119,6 @@ async def test_a_stream_that_sends_nothing_is_ended_at_its_deadline() -> None:
         await healthy.still_served()
 
 
-class _Bench:
-    """The benchmark server (R clusters from a snapshot, endpoints from a linear cache) as a
-    subprocess driven over stdin, so that its memory is measured on its own."""
-
-    def __init__(self, process: subprocess.Popen[str], target: str) -> None:
-        self.process = process
-        self.target = target
-
-    def push(self) -> None:
-        assert self.process.stdin is not None
-        assert self.process.stdout is not None
-        self.process.stdin.write("push\n")
-        self.process.stdin.flush()
-        while not self.process.stdout.readline().startswith("SNAPSHOT_SET"):
-            pass
-
-    def rss_mb(self) -> float:
-        status = Path(f"/proc/{self.process.pid}/status").read_text()
-        kb = next(line for line in status.splitlines() if line.startswith("VmRSS:"))
-        return int(kb.split()[1]) / 1024
-
-
-@contextlib.contextmanager
-def _bench(clusters: int) -> Iterator[_Bench]:
-    process = subprocess.Popen(
-        [sys.executable, str(BENCH_SERVER), "--addr", "127.0.0.1:0", "--clusters", str(clusters)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        assert line.startswith("LISTENING"), line
-        yield _Bench(process, line.split("addr=", 1)[1].strip())
-    finally:
-        process.kill()
-        process.wait()
-
-
 class _Stream:
     """A grpcio stream as a byte stream for the client driver."""
 
@@ -177,7 +134,7 @@ class _Stream:
 
 
 async def test_clients_that_stop_reading_pin_no_backlog() -> None:
-    with _bench(clusters=1000) as bench:
+    with bench_server(clusters=1000) as bench:
         channels = [grpc.aio.insecure_channel(bench.target, options=UNLIMITED) for _ in range(4)]
         try:
             stalled = []

@@ -21,7 +21,7 @@ import pytest
 
 from xdscore.protocol import DeltaServer, SotwServer
 from xdscore.server import ServerDriver
-from xdscore.transport._h2_connection import Call
+from xdscore.transport.h2.call import Call
 
 from ._clients import (
     ADS,

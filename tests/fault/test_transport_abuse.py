@@ -38,8 +38,8 @@ from h2.errors import ErrorCodes
 from h2.settings import SettingCodes
 
 from xdscore import CLUSTER, Http2Transport, StreamLimits
-from xdscore.transport._h2_connection import Connection
-from xdscore.transport._http2 import ConnectionLimits
+from xdscore.transport import ConnectionLimits
+from xdscore.transport.h2.connection import Connection
 
 from ._clients import (
     ADS,
@@ -114,7 +114,7 @@ def connections(plane: Plane) -> list[Any]:
 def last_stream(connection: Any) -> int:
     """The highest stream id the server acted on."""
     if isinstance(connection, Connection):
-        return connection._last_stream
+        return connection.last_stream
     return int(connection.processor.last_stream_id)
 
 

@@ -155,6 +155,8 @@ class DeltaProperties(RuleBasedStateMachine):
             ordered=self.ordered,
             features=self.features,
         )
+        self.holdings_seen: dict[int, tuple[object, dict[str, object]]] = {}
+        """Every holdings mapping a state held, with its contents when first seen."""
         self._new_stream()
         self._fresh_step()
 
@@ -457,6 +459,19 @@ class DeltaProperties(RuleBasedStateMachine):
         self.inv28_inv30_inv31_owed_names_are_answered()
         self.inv27_reconnect_sends_exactly_the_difference()
         check.inv26_server_subscription_equals_the_model(self.pair.server, self.types)
+        self.holdings_are_never_changed_in_place()
+
+    def holdings_are_never_changed_in_place(self) -> None:
+        """What streams in the same state share (``_memos.DELTA_ANSWERS``/``ACCEPTED``) is
+        only safe if no holdings mapping changes once a state holds it: each one seen keeps
+        the contents it had."""
+        seen = self.holdings_seen
+        for state in self.pair.server.type_states().values():
+            for holdings in (state.held_versions, state.held, state.rejected_versions):
+                if id(holdings) not in seen:
+                    seen[id(holdings)] = (holdings, dict(holdings))
+        for holdings, contents in seen.values():
+            assert dict(holdings) == contents, "a holdings mapping was changed in place"
 
     # --- requests --------------------------------------------------------------------------
 

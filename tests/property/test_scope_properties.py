@@ -12,6 +12,9 @@ here from the issue (not from the cache):
 * ``scope02_closure_is_complete``: everything a visible resource refers to is visible;
 * ``scope03_invisible_change_wakes_nobody``: a step that left a scope's view as it was
   woke none of its watchers, and one that changed it woke them;
+* ``scope05_an_unselected_node_gets_nothing``: a node no scope selects holds an empty
+  (authoritative) view of every registered type, whatever the mesh and the scopes, and is
+  never woken;
 
 and ``test_scope04_scoped_and_unscoped_streams_agree`` runs an Envoy-like client in a scope
 and one outside any scope against one source, and checks that what the scoped one holds is
@@ -41,7 +44,7 @@ from xdscore import (
     builders,
     make_resource,
 )
-from xdscore.cache import Scope, ScopedCache, SnapshotCache, by_node_id, same_for_all
+from xdscore.cache import Scope, ScopedCache, SnapshotCache, Unselected, by_node_id, same_for_all
 from xdscore.testing import SotwPair
 from xdscore.testing.cache_contract import cache_contract
 from xdscore.wire import all_types, make_node
@@ -177,8 +180,9 @@ def host_names(resource: Resource) -> list[str]:
 
 
 class ScopedCacheMachine(RuleBasedStateMachine):
-    """One source snapshot cache, a scoped cache over it with three scopes, one watched
-    node per scope and one outside any."""
+    """One source snapshot cache, a scoped cache over it with three scopes (and the
+    default for a node none selects: nothing), one watched node per scope and one outside
+    any."""
 
     @initialize(mesh=meshes(), egress=st.lists(EGRESS, min_size=3, max_size=3))
     def start(self, mesh: Mesh, egress: list[list[str]]) -> None:
@@ -191,6 +195,9 @@ class ScopedCacheMachine(RuleBasedStateMachine):
         self.wakes = dict.fromkeys(self.egress, 0)
         for name, node in self.nodes.items():
             self.cache.watch(node, lambda name=name: self._woken(name))  # type: ignore[misc]
+        self.outside = Node(id="outside-1", cluster="outside")
+        self.outside_wakes = 0
+        self.cache.watch(self.outside, self._outside_woken)
         self.before = self._contents()
         self.after = self.before
 
@@ -202,6 +209,9 @@ class ScopedCacheMachine(RuleBasedStateMachine):
 
     def _woken(self, name: str) -> None:
         self.wakes[name] += 1
+
+    def _outside_woken(self) -> None:
+        self.outside_wakes += 1
 
     def _contents(self) -> dict[str, dict[str, dict[str, str]]]:
         out = {}
@@ -277,6 +287,15 @@ class ScopedCacheMachine(RuleBasedStateMachine):
             else:
                 assert self.wakes[name] >= 1, name
 
+    @invariant()
+    def scope05_an_unselected_node_gets_nothing(self) -> None:
+        assert self.cache.scope_of(self.outside) is None
+        view = self.cache.view(self.outside)
+        assert view is not None
+        for type_url in TYPES:
+            assert view.resources(type_url) == {}, type_url
+        assert self.outside_wakes == 0
+
 
 TestScopedCache = ScopedCacheMachine.TestCase
 TestScopedCache.settings = STATEFUL
@@ -334,7 +353,11 @@ def test_scope04_scoped_and_unscoped_streams_agree(
 ) -> None:
     source = SnapshotCache(group=same_for_all)
     source.set_snapshot(None, mesh.snapshot())
-    cache = ScopedCache(source, [Scope(name="in", nodes={"cluster": "in"}, egress=egress)])
+    cache = ScopedCache(
+        source,
+        [Scope(name="in", nodes={"cluster": "in"}, egress=egress)],
+        default=Unselected.EVERYTHING,
+    )
     inside, outside = make_node(id="1", cluster="in"), make_node(id="2", cluster="out")
     scoped = SotwPair(lambda: cache.view(inside), node=inside)
     unscoped = SotwPair(lambda: cache.view(outside), node=outside)
@@ -367,6 +390,9 @@ TestScopedCachePassThrough = cache_contract(
     lambda: SnapshotCache(group=by_node_id),
     snapshot_ops(GROUPS),
     group=by_node_id,
-    as_cache=lambda source: ScopedCache(source, [Scope(name="x", nodes={"cluster": "nobody"})]),
+    as_cache=lambda source: ScopedCache(
+        source, [Scope(name="x", nodes={"cluster": "nobody"})], default=Unselected.EVERYTHING
+    ),
 )
-"""A node no scope selects sees the source as it is: the contract of the source holds."""
+"""With ``default=EVERYTHING``, a node no scope selects sees the source as it is: the
+contract of the source holds."""

@@ -12,7 +12,8 @@ import pytest
 
 from xdscore import SnapshotCache, XdsServer, same_for_all
 from xdscore.server import ServerLimits
-from xdscore.transport import Http2Transport, _accept
+from xdscore.transport import Http2Transport
+from xdscore.transport.h2 import accept as _accept
 
 from ..fault._clients import eventually
 

@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 import anyio
 import anyio.abc
 import anyio.lowlevel
+import attrs
 import pytest
 
 from xdscore import (
@@ -27,7 +28,7 @@ from xdscore import (
 )
 from xdscore import builders as b
 from xdscore.protocol import SUPPORTS_TTL, DeltaClient, DeltaResponse, SotwClient
-from xdscore.server import ClientDriver, PushSlots
+from xdscore.server import ByteStream, ClientDriver, PushSlots
 from xdscore.server._admission import WAKES_PER_TURN
 from xdscore.testing import MemoryByteStream, byte_stream_pair
 from xdscore.wire import make_node
@@ -37,7 +38,7 @@ from .test_driver import DEADLINE, NODE, Recorder, config, until
 pytestmark = pytest.mark.anyio
 
 
-class AtOnceStream:
+class AtOnceStream(ByteStream):
     """A server end that can also write at once, while ``room`` says so, and records which
     way each message went."""
 
@@ -90,6 +91,7 @@ async def open_stream(
     server = XdsServer(cache, callbacks=recorder)
     if slots is not None:
         server._slots = slots
+        server._settings = attrs.evolve(server._settings, slots=slots)
     client_end, server_end = byte_stream_pair(16)
     stream = AtOnceStream(server_end)
     client = ClientDriver(SotwClient(node=NODE), client_end, on_response=recorder.client_saw)
@@ -112,7 +114,7 @@ async def synced_stream(
         await until(
             lambda: (
                 all(machine.holds(t) for t in (CLUSTER, ENDPOINT, LISTENER, ROUTE))
-                and [s.driver is not None and s.driver.synced for s in server.streams()] == [True]
+                and [s.driver.session.synced for s in server.streams()] == [True]
             ),
             lambda: recorder.changed,
         )

@@ -1,13 +1,18 @@
-"""The node-binding policy and the identity a transport reads from a certificate."""
+"""The node-binding policy, the operator identities and the identity a transport reads from
+a certificate."""
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
+import attrs
 import pytest
 
 from xdscore import StreamInfo
-from xdscore.server import PeerIdentity, SpiffeNodePolicy
+from xdscore.server import PeerIdentity, SpiffeNodePolicy, SpiffeOperators
 from xdscore.transport._tls import peer_identity
-from xdscore.wire import make_node
+from xdscore.wire import Node, make_node
 
 ALICE = "spiffe://example.org/ns/shop/sa/cart"
 
@@ -73,3 +78,58 @@ def test_peer_identity_reads_sans_and_subject() -> None:
     assert identity.spiffe_ids == (ALICE,)
     assert peer_identity(None) is None
     assert peer_identity({}) is None
+
+
+# -- more than one field bound ----------------------------------------------------------------
+
+TENANT = "spiffe://example.org/ns/team-a/sa/edge"
+
+
+def test_every_bound_field_must_match() -> None:
+    policy = SpiffeNodePolicy(also={"cluster": "{namespace}", "metadata.tier": "{account}"})
+    assert policy.bound_fields == frozenset({"id", "cluster", "metadata.tier"})
+    own = Node(id="edge.team-a", cluster="team-a", metadata={"tier": "edge"})
+    assert policy(stream(TENANT), own) is None
+    # The right id in another tenant's cluster: denied, naming the field.
+    reason = policy(stream(TENANT), attrs.evolve(own, cluster="team-b"))
+    assert reason == (
+        f"node cluster 'team-b' does not match the certificate: {TENANT} allows 'team-a'"
+    )
+    reason = policy(stream(TENANT), attrs.evolve(own, metadata={"tier": "core"}))
+    assert reason == (
+        f"node metadata.tier 'core' does not match the certificate: {TENANT} allows 'edge'"
+    )
+    reason = policy(stream(TENANT), attrs.evolve(own, metadata={}))
+    assert reason is not None
+    assert "node metadata.tier None does not match" in reason
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"field": "zone"}, "a node field is id, cluster or metadata.KEY, not 'zone'"),
+        ({"also": {"metadata.": "{account}"}}, "not 'metadata.'"),
+        ({"also": {"id": "{account}"}}, "node field 'id' is bound twice"),
+        ({"also": {"cluster": "{team}"}}, "uses ['team']"),
+    ],
+)
+def test_a_binding_that_cannot_hold_is_refused(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        SpiffeNodePolicy(**kwargs)
+
+
+# -- operators -------------------------------------------------------------------------------
+
+
+def test_operators_are_matched_by_spiffe_id_one_segment_per_star() -> None:
+    operators = SpiffeOperators(["spiffe://example.org/ns/ops/sa/*"])
+    assert operators(PeerIdentity(uri_sans=("spiffe://example.org/ns/ops/sa/status",)))
+    assert not operators(PeerIdentity(uri_sans=("spiffe://example.org/ns/ops/sa/a/b",)))
+    assert not operators(PeerIdentity(uri_sans=("spiffe://example.org/ns/opsx/sa/status",)))
+    assert not operators(PeerIdentity(uri_sans=(TENANT,)))
+    assert not operators(PeerIdentity(dns_sans=("ops.example.org",)))
+    assert not operators(None)
+    with pytest.raises(ValueError, match="not a SPIFFE ID pattern"):
+        SpiffeOperators(["ops"])
+    with pytest.raises(ValueError, match="at least one"):
+        SpiffeOperators([])

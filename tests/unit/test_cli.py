@@ -5,6 +5,7 @@ place, help with examples, analyze and serve refusing the same directories, and 
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import signal
 import subprocess
@@ -20,9 +21,11 @@ from envoy.config.core.v3 import base_pb2
 from envoy.service.discovery.v3 import discovery_pb2
 
 import xdscore
+from tests.compiled_build import listed
 from xdscore import CLUSTER
+from xdscore._build import describe, loaded_build
 from xdscore.cli import main
-from xdscore.transport._grpclib_client import open_channel
+from xdscore.transport.grpclib.client import open_channel
 
 from .test_cli_analyze import ROUTES, _good
 
@@ -126,11 +129,16 @@ def test_bootstrap_refuses_incomplete_tls_flags(
     assert line.startswith(f"xdscore bootstrap {kind}: ")
 
 
-def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+def test_version_says_which_build_is_loaded(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exited:
         main(["--version"])
     assert exited.value.code == 0
-    assert capsys.readouterr().out == f"xdscore {xdscore.__version__}\n"
+    line = capsys.readouterr().out
+    assert line == f"xdscore {xdscore.__version__} ({describe(loaded_build())})\n"
+    if os.environ.get("XDSCORE_PURE") == "1":
+        assert line.endswith(" (pure Python: XDSCORE_PURE=1)\n")
+    elif os.environ.get("XDSCORE_COMPILED") == "1":
+        assert line.endswith(f" (compiled: {len(listed())} modules by mypyc)\n")
 
 
 @pytest.fixture
@@ -230,18 +238,22 @@ def _missing(tmp_path: Path) -> Path:
     return tmp_path / "missing"
 
 
-@pytest.mark.parametrize("make", [_empty, _dangling, _unreadable, _missing])
-def test_analyze_fails_on_every_directory_serve_refuses(
-    make: object, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    ("make", "status"), [(_empty, 1), (_dangling, 1), (_unreadable, 1), (_missing, 2)]
+)
+def test_analyze_fails_on_every_directory_serve_refuses_with_the_same_status(
+    make: object, status: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """1: a configuration refused; 2: a DIR that is not there is a usage error."""
     assert callable(make)
     directory = make(tmp_path)
     serve = ["serve", str(directory), "--listen", "127.0.0.1:0", "--debounce-ms", "0"]
-    assert main(serve) == 1
+    assert main(serve) == status
     refused = capsys.readouterr().err
     assert f"cannot serve {directory}" in refused
-    assert main(["analyze", str(directory)]) != 0
-    assert capsys.readouterr().err
+    assert main(["analyze", str(directory)]) == status
+    said = capsys.readouterr()
+    assert str(directory) in said.out + said.err
 
 
 def test_analyze_on_an_empty_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

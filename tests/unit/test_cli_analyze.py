@@ -220,12 +220,13 @@ def test_exit_1_on_a_duplicate_across_files(
         pytest.param({"nottyped": "- just a string\n"}, "expected a resource mapping", id="shape"),
     ],
 )
-def test_exit_2_when_the_directory_does_not_read(
+def test_exit_1_when_a_file_does_not_read(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, files: dict[str, str], expected: str
 ) -> None:
+    """What serve refuses, with the status serve exits with."""
     directory = _good(tmp_path / "config")
     _write(directory, **files)
-    assert main(["analyze", str(directory)]) == 2
+    assert main(["analyze", str(directory)]) == 1
     captured = capsys.readouterr()
     assert captured.out == ""
     assert f"cannot analyze {directory}" in captured.err
@@ -238,6 +239,11 @@ def test_exit_2_when_there_is_no_directory(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     assert main(["analyze", str(tmp_path / "missing")]) == 2
+    assert capsys.readouterr().err == (
+        f"xdscore: cannot analyze {tmp_path / 'missing'}: no such directory\n"
+    )
+    (tmp_path / "file").write_text("")
+    assert main(["analyze", str(tmp_path / "file")]) == 2
     assert "not a directory" in capsys.readouterr().err
 
 

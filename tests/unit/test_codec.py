@@ -24,6 +24,7 @@ from xdscore import (
     Resource,
     make_resource,
 )
+from xdscore._memos import SOTW_REQUESTS
 from xdscore.builders import eds_cluster, load_assignment
 from xdscore.protocol import (
     DeltaDiscoveryRequest,
@@ -36,7 +37,7 @@ from xdscore.protocol._identity import check_node
 from xdscore.wire._client_codec import encode_delta_request, encode_request
 from xdscore.wire._codec import (
     SHARED_REQUEST_BYTES,
-    SHARED_REQUESTS,
+    _cut,
     decode_delta_request,
     decode_request,
     encode_delta_response,
@@ -751,23 +752,37 @@ def test_a_request_around_its_nonce_reads_as_the_runtime_reads_it(data: bytes) -
             assert decoded.node == decode_node(runtime.node)
 
 
-def test_the_remembered_requests_are_bounded(parses: list[bytes]) -> None:
+def test_the_remembered_requests_are_bounded_in_bytes(
+    parses: list[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(SOTW_REQUESTS, "max_bytes", 64 * 1024)
+    SOTW_REQUESTS.clear()
     first = encode_request(DiscoveryRequest(type_url=_fresh_type(), node=_node()))
     before = len(parses)
     decode_request(first)
     decode_request(first)
     assert len(parses) == before + 1
-    for _ in range(SHARED_REQUESTS):
+    fillers = 0
+    while _remembered(first):
         decode_request(encode_request(DiscoveryRequest(type_url=_fresh_type())))
-    assert len(parses) == before + SHARED_REQUESTS + 1
+        fillers += 1
+        assert SOTW_REQUESTS.bytes <= SOTW_REQUESTS.max_bytes
+    assert fillers > 10  # (each entry counted at what it holds: a few hundred bytes)
     decode_request(first)  # forgotten: parsed again
-    assert len(parses) == before + SHARED_REQUESTS + 2
+    assert len(parses) == before + fillers + 2
     names = tuple(f"name-{i:05}" for i in range(SHARED_REQUEST_BYTES // 10))
     large = encode_request(DiscoveryRequest(type_url=_fresh_type(), resource_names=names))
     assert len(large) > SHARED_REQUEST_BYTES
     assert decode_request(large).resource_names == names
     assert decode_request(large).resource_names == names  # not remembered: parsed again
-    assert len(parses) == before + SHARED_REQUESTS + 4
+    assert len(parses) == before + fillers + 4
+
+
+def _remembered(data: bytes) -> bool:
+    """Whether the request ``data`` (with a node, no nonce) is in the memo."""
+    key = _cut(data, 2, 5)
+    assert key is not None
+    return key[0] in SOTW_REQUESTS
 
 
 @given(

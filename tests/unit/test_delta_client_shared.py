@@ -4,7 +4,8 @@ receives the same tuple; what depends on each client's holdings is still its own
 from __future__ import annotations
 
 from xdscore import ENDPOINT
-from xdscore.protocol import DeltaClient, _delta_client
+from xdscore._memos import CLIENT_DELTA_RESPONSES
+from xdscore.protocol import DeltaClient
 from xdscore.wire import DeltaDiscoveryResponse, Resource, make_node
 
 NODE = make_node(id="shared")
@@ -37,7 +38,7 @@ def test_clients_sharing_one_tuple_each_hold_it_and_ack() -> None:
             "a": shared[0].version,
             "b": shared[1].version,
         }
-    assert _delta_client._ENTRIES[id(shared)][0] is shared
+    assert CLIENT_DELTA_RESPONSES.get((id(shared), ENDPOINT))[0] is shared  # type: ignore[index]
     state = second.type_state(ENDPOINT)
     assert state is not None
     assert state.requested["c"] is None

@@ -1,4 +1,4 @@
-"""Delta streams in the same state share the work of answering them (protocol/_shared.py).
+"""Delta streams in the same state share the work of answering them (``_memos.SharedWork``).
 
 Identical streams must get identical answers computed once (the same response tuples, the
 same holdings after their ACKs); a stream whose state differs must get its own answer, and
@@ -10,10 +10,9 @@ from __future__ import annotations
 import gc
 
 from xdscore import LinearCache
+from xdscore._memos import DELTA_ANSWERS, SharedWork
 from xdscore.builders import load_assignment
 from xdscore.protocol import DeltaServer
-from xdscore.protocol import _delta_server as delta
-from xdscore.protocol._shared import SharedWork
 from xdscore.wire._typeurls import ENDPOINT
 
 from ._delta import ack, nack, sent, sent_versions, start, stream
@@ -36,9 +35,9 @@ def test_identical_streams_share_answers_and_holdings() -> None:
     cache = _cache(8000)
     names = [f"e{i}" for i in range(50)]
     fleet = _fleet(3, cache, names)
-    hits = delta._ANSWERS.hits
+    hits = DELTA_ANSWERS.hits
     first = [machine.poll(cache.view(None))[0] for machine in fleet]
-    assert delta._ANSWERS.hits - hits == 2  # computed once, for the first stream
+    assert DELTA_ANSWERS.hits - hits == 2  # computed once, for the first stream
     assert first[0].resources is first[1].resources is first[2].resources
     assert first[0] is not first[1]  # the response itself (its nonce) is the stream's own
     for machine, response in zip(fleet, first, strict=True):
@@ -83,22 +82,44 @@ class _Weak(dict[str, str]):
     __slots__ = ("__weakref__",)
 
 
+def _work(limit: int, max_bytes: int = 1 << 20) -> SharedWork[object]:
+    return SharedWork("test", limit=limit, max_bytes=max_bytes, doc="")
+
+
 def test_an_entry_goes_when_an_object_of_its_key_goes() -> None:
-    work: SharedWork[str] = SharedWork(4)
+    work = _work(4)
     held, kept = _Weak(a="1"), ("not", "weak")
     work.put((held, kept), "t", "answer")
     assert work.get((held, kept), "t") == "answer"
     assert work.get((held, kept), "other") is None
+    assert work.bytes > 0
     del held
     gc.collect()
     assert len(work) == 0  # nothing of an earlier generation is kept alive by the memo
+    assert work.bytes == 0
 
 
 def test_the_oldest_entries_go_past_the_limit() -> None:
-    work: SharedWork[int] = SharedWork(2)
+    work = _work(2)
     keys = [(_Weak(n=str(n)),) for n in range(3)]
     for n, key in enumerate(keys):
         work.put(key, None, n)
     assert len(work) == 2
     assert work.get(keys[0], None) is None
     assert work.get(keys[2], None) == 2
+
+
+def test_an_entry_is_charged_what_it_holds_and_the_bytes_are_bounded() -> None:
+    work = _work(100, max_bytes=20_000)
+    strong = tuple(f"name-{n}" for n in range(100))  # (a tuple takes no weak reference)
+    key = _Weak(a="1")
+    work.put((key, strong), None, "x" * 1000)
+    # The answer and the key object the entry holds strongly, not the weakly held one.
+    assert 1000 + sum(map(len, strong)) < work.bytes < 1000 + 100 * 120
+    keys = [_Weak(n=str(n)) for n in range(30)]
+    for each in keys:
+        work.put((each,), None, "y" * 2000)
+        assert work.bytes <= 20_000
+    assert len(work) < 10
+    work.put((keys[0],), None, "z" * 30_000)  # larger than the whole bound: not kept
+    assert work.get((keys[0],), None) is None

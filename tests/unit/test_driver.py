@@ -32,7 +32,7 @@ from xdscore import (
 from xdscore import builders as b
 from xdscore.protocol import DeltaClient, DiscoveryRequest, SotwClient, SotwResponse
 from xdscore.server import ClientDriver
-from xdscore.server._driver import _hook
+from xdscore.server._observer import _overridden as _hook
 from xdscore.testing import MemoryByteStream, byte_stream_pair
 from xdscore.wire import decode_response, encode_request, make_node
 

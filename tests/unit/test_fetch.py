@@ -1,7 +1,7 @@
 """Unary ``Fetch<Type>`` on every per-type service: in process, over grpclib and grpcio.
 
 One server on loopback serves a snapshot with a resource of every SotW type; each test
-calls ``Fetch*`` with the library's grpclib client (``xdscore.transport._grpclib_client``)
+calls ``Fetch*`` with the library's grpclib client (``xdscore.transport.grpclib.client``)
 or with grpcio's unary call on the protobuf classes, and compares the answer with what a
 State-of-the-World stream is sent for the same request.
 """
@@ -42,7 +42,7 @@ from xdscore import (
     same_for_all,
 )
 from xdscore.server import Authorizer, StreamInfo
-from xdscore.transport._grpclib_client import GrpclibChannel, open_channel
+from xdscore.transport.grpclib.client import GrpclibChannel, open_channel
 from xdscore.wire import Node, all_types, type_info
 
 from ..factories import CL_A, CL_B, EP_A, EP_B, LS_1, RC_1, pack, secret

@@ -16,7 +16,8 @@ import h2.events
 import h2.settings
 import pytest
 
-from xdscore.transport._frames import BATCH_BYTES, SHARED_BYTES, buffers, write_message
+from xdscore.transport._messages import BATCH_BYTES, SHARED_BYTES, buffers
+from xdscore.transport.grpclib.messages import write_message
 
 pytestmark = pytest.mark.anyio
 

@@ -29,42 +29,30 @@ from .test_driver import Recorder
 TTL = 0.3
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_the_schedule_beats_every_fraction_of_the_shortest_ttl() -> None:
-    clock = Clock()
-    schedule = HeartbeatSchedule(1 / 3, (), clock)
-    assert schedule.wait() is None
-    assert not schedule.due()
-    schedule.held(3.0)
-    assert schedule.wait() == pytest.approx(1.0)
-    clock.now = 0.99
-    assert not schedule.due()
-    clock.now = 1.0
-    assert schedule.due()
-    schedule.beaten(3.0)
-    assert schedule.wait() == pytest.approx(1.0)  # from now, not from the missed time
-    clock.now = 1.5
-    schedule.held(0.6)  # a shorter TTL arrives: its beat comes first
-    assert schedule.wait() == pytest.approx(0.2)
-    schedule.held(30.0)  # a longer one never postpones the planned beat
-    assert schedule.wait() == pytest.approx(0.2)
-    schedule.beaten(0.6)
-    assert schedule.wait() == pytest.approx(0.2)
-    schedule.beaten(None)  # nothing the client holds expires any more: no more heartbeats
-    assert schedule.wait() is None
-    schedule.held(0.6)
-    schedule.held(None)  # nor after a send that left it nothing with a TTL
-    assert schedule.wait() is None
-    off = HeartbeatSchedule(0, (), clock)
-    off.held(1.0)
-    assert off.wait() is None
+    schedule = HeartbeatSchedule(1 / 3, ())
+    assert schedule.wait(0.0) is None
+    assert not schedule.due(0.0)
+    schedule.held(3.0, 0.0)
+    assert schedule.wait(0.0) == pytest.approx(1.0)
+    assert not schedule.due(0.99)
+    assert schedule.due(1.0)
+    schedule.beaten(3.0, 1.0)
+    assert schedule.wait(1.0) == pytest.approx(1.0)  # from now, not from the missed time
+    schedule.held(0.6, 1.5)  # a shorter TTL arrives: its beat comes first
+    assert schedule.wait(1.5) == pytest.approx(0.2)
+    schedule.held(30.0, 1.5)  # a longer one never postpones the planned beat
+    assert schedule.wait(1.5) == pytest.approx(0.2)
+    schedule.beaten(0.6, 1.5)
+    assert schedule.wait(1.5) == pytest.approx(0.2)
+    schedule.beaten(None, 1.5)  # nothing the client holds expires any more: no more heartbeats
+    assert schedule.wait(1.5) is None
+    schedule.held(0.6, 1.5)
+    schedule.held(None, 1.5)  # nor after a send that left it nothing with a TTL
+    assert schedule.wait(1.5) is None
+    off = HeartbeatSchedule(0, ())
+    off.held(1.0, 1.5)
+    assert off.wait(1.5) is None
 
 
 def heartbeats(recorder: Recorder) -> list[DeltaResponse]:

@@ -40,7 +40,8 @@ from xdscore import (
 )
 from xdscore.protocol._state import Phase
 from xdscore.transport import ConnectionLimits
-from xdscore.transport._h2_connection import Connection
+from xdscore.transport.h2.connection import REFUSAL_TEXT, REMEMBERED_STREAMS, Connection
+from xdscore.transport.h2.state import StreamState
 
 from ..factories import wait_until
 from ._h2_peer import (
@@ -489,15 +490,30 @@ async def test_long_status_message_is_continued() -> None:
 async def test_not_grpc_is_refused_with_http_status(
     method: str, content_type: str, status: str
 ) -> None:
-    async with serving() as served, client(served.port) as peer:
+    """A request that is not gRPC gets a plain HTTP answer: the status, and a line of text
+    saying what the server takes, whose DATA waits for the client's window like any
+    response's (the stream stays open, and counts, until it is sent)."""
+    async with serving() as served, client(served.port, settings={4: 0}) as peer:
         stream = peer.h2.get_next_available_stream_id()
         fields = grpc_headers(ADS, method=method, content_type=content_type)
         peer.h2.send_headers(stream, fields, end_stream=True)
         await peer.flush()
-        await peer.until(lambda p: p.ended(stream))
-        assert peer.header_lists[stream] == [{":status": status}]
-        assert peer.of(HEADERS, stream)[0].flags & END_STREAM
+        await peer.until(lambda p: p.header_lists.get(stream), what="the headers")
+        ((headers,),) = [peer.header_lists[stream]]
+        assert headers[":status"] == status
+        assert headers["content-type"] == "text/plain; charset=utf-8"
+        await peer.settle(0.1)
+        assert not peer.ended(stream)  # a window of 0: the body waits
+        assert list(served.connection().calls) == [stream]
+        peer.h2.increment_flow_control_window(1000, stream_id=stream)
+        await peer.flush()
+        await peer.until(lambda p: p.ended(stream), what="the body")
+        body = peer.data(stream)
+        assert body == REFUSAL_TEXT
+        assert int(headers["content-length"]) == len(body)
+        assert peer.of(DATA, stream)[-1].flags & END_STREAM
         assert not served.connection().calls
+        assert served.connection().stream_state(stream) is StreamState.CLOSED
 
 
 async def test_oversized_request_is_refused_from_its_prefix() -> None:
@@ -924,6 +940,11 @@ CONNECTION_ERRORS = {
     "data-on-an-idle-stream": (frame(DATA, 0, 5, b"x"), PROTOCOL_ERROR, 0),
     "headers-on-an-even-stream": (raw_headers(2), PROTOCOL_ERROR, 0),
     "rst-on-an-idle-stream": (frame(RST_STREAM, 0, 7, _u32(CANCEL)), PROTOCOL_ERROR, 0),
+    "window-update-on-an-idle-stream": (frame(WINDOW_UPDATE, 0, 3, _u32(1)), PROTOCOL_ERROR, 0),
+    "priority-on-stream-0": (frame(2, 0, 0, bytes(5)), PROTOCOL_ERROR, 0),
+    # A stream error on an idle stream cannot be a reset (6.4): the connection ends.
+    "idle-stream-depending-on-itself": (frame(2, 0, 3, _u32(3) + b"\x10"), PROTOCOL_ERROR, 0),
+    "headers-on-a-lower-stream-id": (raw_headers(5) + raw_headers(3), PROTOCOL_ERROR, 5),
     "push-promise": (OPEN + frame(5, END_HEADERS, 1, _u32(2)), PROTOCOL_ERROR, 1),
     "goaway-on-a-stream": (frame(GOAWAY, 0, 1, bytes(8)), PROTOCOL_ERROR, 0),
     "continuation-without-headers": (
@@ -983,7 +1004,7 @@ async def test_frames_the_server_may_ignore() -> None:
             frame(HEADERS, END_HEADERS | END_STREAM, 5, header_block([("x-trailer", "1")])),
         )
         await peer.until(lambda p: _complete(p, 5), what="the response")
-        assert served.connection().calls[5].remote_closed
+        assert served.connection().stream_state(5) is StreamState.HALF_CLOSED_REMOTE
 
 
 async def test_zero_window_update_on_a_stream_is_a_protocol_error() -> None:
@@ -1150,3 +1171,231 @@ async def test_stop_inside_a_message_resets_the_stream() -> None:
         (reset,) = peer.of(RST_STREAM, stream)
         assert reset.error_code == CANCEL
         assert peer.goaway is None
+
+
+# -- 5. stream states and request checks (RFC 9113 sections 5.1, 5.3.1, 8) --------------------
+
+
+def _resets(peer: Peer) -> list[tuple[int, int]]:
+    return [(f.stream_id, f.error_code) for f in peer.of(RST_STREAM)]
+
+
+async def _open_and_answered(peer: Peer, stream: int) -> None:
+    """An ADS call on ``stream`` whose request got its response (the stream stays open)."""
+    await peer.send(raw_headers(stream), frame(DATA, 0, stream, prefixed(cds_request())))
+    await peer.until(lambda p: _complete(p, stream), what="the response")
+
+
+@pytest.mark.parametrize(
+    ("sent", "code"),
+    [
+        # HEADERS on a stream the client already ended (5.1: half-closed (remote)).
+        (frame(HEADERS, END_HEADERS | END_STREAM, 1, header_block([("x-t", "1")])), STREAM_CLOSED),
+        # DATA likewise.
+        (frame(DATA, 0, 1, b"x"), STREAM_CLOSED),
+    ],
+    ids=["headers", "data"],
+)
+async def test_frames_after_the_client_ended_its_side_reset_the_stream(
+    sent: bytes, code: int
+) -> None:
+    async with serving(stalled=True) as served, raw_client(served.port) as peer:
+        await peer.send(raw_headers(1, flags=END_HEADERS | END_STREAM), sent)
+        await peer.until(lambda p: p.of(RST_STREAM), what="the reset")
+        assert _resets(peer) == [(1, code)]
+        assert served.connection().stream_state(1) is StreamState.RESET_SENT
+        assert peer.goaway is None
+
+
+async def test_frames_after_the_client_reset_the_stream() -> None:
+    """After its own RST_STREAM, a client's DATA or HEADERS on the stream is a stream error
+    STREAM_CLOSED (5.1), answered once; a PRIORITY is fine; the connection goes on."""
+    async with serving() as served, raw_client(served.port) as peer:
+        await _open_and_answered(peer, 1)
+        await peer.send(frame(RST_STREAM, 0, 1, _u32(CANCEL)), frame(2, 0, 1, bytes(5)))
+        await wait_until(lambda: not served.connection().calls, what="the call ended")
+        assert served.connection().stream_state(1) is StreamState.RESET_RECEIVED
+        await peer.send(frame(DATA, 0, 1, b"late"))
+        await peer.until(lambda p: p.of(RST_STREAM), what="the reset")
+        assert _resets(peer) == [(1, STREAM_CLOSED)]
+        await peer.send(frame(DATA, 0, 1, b"later"))  # after the server's reset: ignored
+        await _open_and_answered(peer, 3)
+        assert _resets(peer) == [(1, STREAM_CLOSED)]
+        assert peer.goaway is None
+
+
+@pytest.mark.parametrize("late", ["data", "headers"])
+async def test_frames_on_a_stream_closed_both_ways_end_the_connection(late: str) -> None:
+    """A stream the client ended and the server answered (UNIMPLEMENTED, trailers-only) is
+    closed: DATA or HEADERS on it is a connection error STREAM_CLOSED (5.1), naming the
+    last stream the server took."""
+    sent = {
+        "data": frame(DATA, END_STREAM, 1, b"x"),
+        "headers": raw_headers(1, "/no.such/Method", flags=END_HEADERS | END_STREAM),
+    }[late]
+    async with serving() as served, raw_client(served.port) as peer:
+        await peer.send(raw_headers(1, "/no.such/Method", flags=END_HEADERS | END_STREAM))
+        await peer.until(has_status(1), what="UNIMPLEMENTED")
+        assert served.connection().stream_state(1) is StreamState.CLOSED
+        await peer.send(sent)
+        await peer.closed()
+        assert peer.goaway is not None
+        assert (peer.goaway.error_code, peer.goaway.last_stream_id) == (STREAM_CLOSED, 1)
+
+
+async def test_a_stream_the_server_ended_takes_the_rest_of_the_request() -> None:
+    """Half-closed (local): the server ended the stream (UNIMPLEMENTED) while the client is
+    still sending. Its DATA is taken (credited to the connection, no reset) until its
+    END_STREAM closes the stream; DATA after that is a connection error STREAM_CLOSED."""
+    async with serving() as served, raw_client(served.port) as peer:
+        await peer.send(raw_headers(1, "/no.such/Method"))
+        await peer.until(has_status(1), what="UNIMPLEMENTED")
+        connection = served.connection()
+        assert connection.stream_state(1) is StreamState.HALF_CLOSED_LOCAL
+        await peer.send(frame(DATA, 0, 1, b"rest"), frame(DATA, END_STREAM, 1, b"end"))
+        await wait_until(lambda: connection.stream_state(1) is StreamState.CLOSED, what="closed")
+        assert not peer.of(RST_STREAM)
+        await peer.send(frame(DATA, 0, 1, b"after"))
+        await peer.closed()
+        assert peer.goaway is not None
+        assert peer.goaway.error_code == STREAM_CLOSED
+
+
+async def test_a_second_headers_without_end_stream_is_malformed() -> None:
+    """RFC 9113 section 8.1: a HEADERS frame without END_STREAM after the request's makes
+    the request malformed: a stream error PROTOCOL_ERROR (it was a connection error), and
+    so are trailers that hold a pseudo-header; the connection goes on."""
+    async with serving() as served, raw_client(served.port) as peer:
+        await _open_and_answered(peer, 1)
+        await _open_and_answered(peer, 3)
+        await peer.send(
+            frame(HEADERS, END_HEADERS, 1, header_block([("x-t", "1")])),
+            frame(HEADERS, END_HEADERS | END_STREAM, 3, header_block([(":path", "/")])),
+        )
+        await peer.until(lambda p: len(p.of(RST_STREAM)) == 2, what="two resets")
+        assert _resets(peer) == [(1, PROTOCOL_ERROR), (3, PROTOCOL_ERROR)]
+        await _open_and_answered(peer, 5)
+        assert not served.connection().calls.keys() - {5}
+
+
+async def test_a_stream_that_depends_on_itself_is_reset() -> None:
+    """RFC 9113 section 5.3.1: HEADERS whose priority names its own stream, and a PRIORITY
+    frame on an open stream naming that stream, are stream errors PROTOCOL_ERROR; a
+    PRIORITY frame of 4 bytes on an open stream is a stream error FRAME_SIZE_ERROR (6.3)."""
+    priority_flag = 0x20
+    async with serving() as served, raw_client(served.port) as peer:
+        block = header_block(grpc_headers(ADS))
+        await peer.send(
+            frame(HEADERS, END_HEADERS | priority_flag, 1, _u32(1) + b"\x10" + block),
+            raw_headers(3),
+            frame(2, 0, 3, _u32(3) + b"\x10"),
+            raw_headers(5),
+            frame(2, 0, 5, _u32(0)),
+        )
+        await peer.until(lambda p: len(p.of(RST_STREAM)) == 3, what="three resets")
+        assert _resets(peer) == [(1, PROTOCOL_ERROR), (3, PROTOCOL_ERROR), (5, FRAME_SIZE_ERROR)]
+        await _open_and_answered(peer, 7)
+        assert peer.goaway is None
+        assert served.recorder.requests == 1  # only stream 7's handler read a request
+
+
+async def test_a_malformed_request_is_reset_before_any_handler_sees_it() -> None:
+    """RFC 9113 section 8.1.1: a malformed request (here an uppercase field name) is a
+    stream error PROTOCOL_ERROR; the server keeps nothing of it but its state, starts no
+    handler, and counts it as a rapid reset (the client made the server reset it)."""
+    async with serving() as served, raw_client(served.port) as peer:
+        fields = [*grpc_headers(ADS), ("X-Upper", "1")]
+        await peer.send(frame(HEADERS, END_HEADERS, 1, header_block(fields)))
+        await peer.until(lambda p: p.of(RST_STREAM), what="the reset")
+        assert _resets(peer) == [(1, PROTOCOL_ERROR)]
+        connection = served.connection()
+        assert not connection.calls
+        assert connection.stream_state(1) is StreamState.RESET_SENT
+        assert connection.resets is not None
+        assert connection.resets.count == 1
+        await peer.send(frame(DATA, END_STREAM, 1, b"in flight"))  # ignored: reset by us
+        await _open_and_answered(peer, 3)
+        assert _resets(peer) == [(1, PROTOCOL_ERROR)]
+
+
+@pytest.mark.parametrize(
+    ("declared", "frames", "code"),
+    [
+        ("5", [frame(DATA, END_STREAM, 1, b"too long")], PROTOCOL_ERROR),
+        ("5", [frame(DATA, 0, 1, b"abc"), frame(DATA, END_STREAM, 1, b"")], PROTOCOL_ERROR),
+        (
+            "5",
+            [frame(HEADERS, END_HEADERS | END_STREAM, 1, header_block([("x-t", "1")]))],
+            PROTOCOL_ERROR,
+        ),
+        ("zero", [], PROTOCOL_ERROR),
+    ],
+    ids=["more-than-declared", "fewer-than-declared", "trailers-before-the-body", "not-a-number"],
+)
+async def test_content_length_must_match_the_data(
+    declared: str, frames: list[bytes], code: int
+) -> None:
+    """RFC 9113 section 8.1.1: a request whose DATA does not add up to its content-length
+    (or whose content-length is not a number) is malformed: stream error PROTOCOL_ERROR."""
+    async with serving() as served, raw_client(served.port) as peer:
+        await peer.send(raw_headers(1, content_length=declared), *frames)
+        await peer.until(lambda p: p.of(RST_STREAM), what="the reset")
+        assert _resets(peer) == [(1, code)]
+        await _open_and_answered(peer, 3)
+
+
+async def test_a_request_whose_data_adds_up_to_its_content_length_is_served() -> None:
+    message = prefixed(cds_request())
+    async with serving() as served, raw_client(served.port) as peer:
+        await peer.send(
+            raw_headers(1, content_length=str(len(message))),
+            frame(DATA, 0, 1, message[:10]),
+            frame(DATA, END_STREAM, 1, message[10:]),
+        )
+        await peer.until(lambda p: _complete(p, 1), what="the response")
+        assert not peer.of(RST_STREAM)
+
+
+async def test_a_refused_stream_is_remembered() -> None:
+    """The 101st stream is refused (REFUSED_STREAM): what the client sent on it before it
+    knew (DATA, trailers) is ignored, not taken for frames on an idle or unknown stream."""
+    async with serving(stalled=True) as served, raw_client(served.port) as peer:
+        await peer.send(*(raw_headers(stream) for stream in range(1, 202, 2)))
+        await peer.until(lambda p: p.of(RST_STREAM), what="the refusal")
+        connection = served.connection()
+        assert connection.stream_state(201) is StreamState.RESET_SENT
+        await peer.send(
+            frame(DATA, 0, 201, b"request"),
+            frame(HEADERS, END_HEADERS | END_STREAM, 201, header_block([("x-t", "1")])),
+            frame(WINDOW_UPDATE, 0, 201, _u32(1)),
+            frame(PING, 0, 0, b"stillok?"),
+        )
+        await peer.until(lambda p: p.of(PING), what="the PING ACK")
+        assert _resets(peer) == [(201, REFUSED_STREAM)]
+        assert peer.goaway is None
+
+
+async def test_closed_streams_are_remembered_within_a_bound() -> None:
+    """A connection remembers REMEMBERED_STREAMS closed streams; the oldest is forgotten
+    first, and a frame on a forgotten stream is ignored (a HEADERS on it would reopen a
+    stream below the last id: a connection error)."""
+    count = REMEMBERED_STREAMS + 2
+    async with serving() as served, raw_client(served.port) as peer:
+        await peer.send(
+            *(
+                raw_headers(stream, "/no.such/Method", flags=END_HEADERS | END_STREAM)
+                for stream in range(1, 2 * count, 2)
+            )
+        )
+        await peer.until(lambda p: p.status(2 * count - 1) is not None, what="the answers")
+        connection = served.connection()
+        states = [connection.stream_state(stream) for stream in range(1, 2 * count, 2)]
+        assert states == [StreamState.FORGOTTEN] * 2 + [StreamState.CLOSED] * REMEMBERED_STREAMS
+        await peer.send(frame(DATA, 0, 1, b"x"), frame(WINDOW_UPDATE, 0, 1, _u32(1)))
+        await peer.send(frame(PING, 0, 0, b"stillok?"))
+        await peer.until(lambda p: p.of(PING), what="the PING ACK")
+        assert peer.goaway is None
+        await peer.send(raw_headers(1))
+        await peer.closed()
+        assert peer.goaway is not None
+        assert peer.goaway.error_code == PROTOCOL_ERROR

@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 
 from xdscore.transport import ConnectionLimits
-from xdscore.transport._h2_connection import HELD_BYTES, Call, Connection
-from xdscore.transport._intake import Intake
+from xdscore.transport.h2.call import Call
+from xdscore.transport.h2.connection import HELD_BYTES, Connection
+from xdscore.transport.h2.intake import Intake
 
 from ._h2_peer import (
     END_HEADERS,

@@ -40,9 +40,34 @@ def test_the_embedder_names_load_on_first_use() -> None:
     assert "grpclib" in _loaded_after("from xdscore import GrpclibTransport")
 
 
+def test_xdscores_own_http2_server_loads_no_http2_library() -> None:
+    """``Http2Transport`` runs on hpack alone: neither h2 nor grpclib (nor grpcio) is loaded
+    for it, through ``xdscore`` or ``xdscore.transport``."""
+    for statement in (
+        "from xdscore import Http2Transport",
+        "from xdscore.transport import Http2Transport, ConnectionLimits, server_ssl_context",
+    ):
+        loaded = _loaded_after(statement)
+        assert "hpack" in loaded
+        assert loaded.isdisjoint({"h2", "grpclib", "grpc"}), statement
+
+
+def test_every_transport_name_resolves() -> None:
+    import xdscore.transport
+
+    for name in xdscore.transport.__all__:
+        assert getattr(xdscore.transport, name) is not None, name
+    assert sorted(dir(xdscore.transport)) == sorted(xdscore.transport.__all__)
+
+
 def test_every_public_name_of_the_package_resolves() -> None:
     for name in xdscore.__all__:
         assert getattr(xdscore, name) is not None, name
+
+
+def test_the_embedders_face_stays_small() -> None:
+    # What an embedder needs; the rest lives in the subpackage of its audience.
+    assert len(xdscore.__all__) <= 35, len(xdscore.__all__)
 
 
 def test_the_package_root_holds_at_most_eight_modules() -> None:

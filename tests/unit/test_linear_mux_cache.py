@@ -21,6 +21,7 @@ from xdscore import (
     make_resource,
     same_for_all,
 )
+from xdscore._memos import SELECTIONS
 from xdscore.builders import load_assignment
 from xdscore.protocol import DeltaServer, SotwServer, Subscription
 from xdscore.protocol._subscription import EVERYTHING
@@ -230,7 +231,8 @@ def test_linear_same_view_until_the_next_write() -> None:
 def test_linear_select_is_memoised_per_view() -> None:
     cache = LinearCache(ENDPOINT, [EP_A, EP_B, EP_C])
     view = cache.view()
-    named = view.select(ENDPOINT, Subscription(frozenset({"a", "c", "missing"})))
+    held = Subscription(frozenset({"a", "c", "missing"}))  # (a stream holds it)
+    named = view.select(ENDPOINT, held)
     assert named is not None
     assert list(named.resources) == ["a", "c"]
     assert view.select(ENDPOINT, Subscription(frozenset({"c", "a", "missing"}))) is named
@@ -240,6 +242,23 @@ def test_linear_select_is_memoised_per_view() -> None:
     assert again is not named
     assert again is not None
     assert again.version == named.version  # a and c did not change
+
+
+def test_a_memoised_selection_goes_with_the_last_holder_of_its_subscription() -> None:
+    cache = LinearCache(ENDPOINT, [EP_A, EP_B, EP_C])
+    view = cache.view()
+    gc.collect()  # (what earlier tests left behind goes first)
+    before = SELECTIONS.bytes
+    held = Subscription(frozenset({"a", "b"}))
+    first = view.select(ENDPOINT, held)
+    assert SELECTIONS.bytes > before
+    assert view.select(ENDPOINT, held) is first
+    del held, first
+    gc.collect()
+    assert SELECTIONS.bytes == before  # no stream holds it: nothing kept for it
+    del view
+    gc.collect()
+    assert SELECTIONS.bytes == before
 
 
 def test_linear_view_is_not_authoritative_for_other_types() -> None:

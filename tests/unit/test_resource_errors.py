@@ -12,7 +12,7 @@ from xdscore import LISTENER, ROUTE, GrpcStatus, Snapshot, make_resource
 from xdscore.builders import http_listener, route_configuration
 from xdscore.protocol import ClientFeatures, DeltaResponse, ErrorDetail, ResourceError
 from xdscore.server import StreamInfo
-from xdscore.server._driver import DELTA
+from xdscore.server._codecs import DELTA
 from xdscore.server._status import SyncState, resource_statuses, stream_status
 from xdscore.testing import DeltaPair, SotwPair
 

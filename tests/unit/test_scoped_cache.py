@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import gc
+import weakref
+
+import pytest
 from envoy.config.route.v3 import route_components_pb2, route_pb2
 
 from xdscore import (
@@ -24,6 +28,8 @@ from xdscore.cache import (
     ScopedCache,
     Snapshot,
     SnapshotCache,
+    Subscription,
+    Unselected,
     same_for_all,
 )
 from xdscore.wire import Node, all_types, make_node
@@ -37,10 +43,12 @@ A1, A2 = make_node(id="a-1", cluster="a"), make_node(id="a-2", cluster="a")
 B1, OTHER = make_node(id="b-1", cluster="b"), make_node(id="x-1", cluster="x")
 
 
-def _cache(snapshot: Snapshot | None = None) -> tuple[SnapshotCache, ScopedCache]:
+def _cache(
+    snapshot: Snapshot | None = None, default: Unselected | str = Unselected.NOTHING
+) -> tuple[SnapshotCache, ScopedCache]:
     source = SnapshotCache(group=same_for_all)
     source.set_snapshot(None, snapshot or mesh_snapshot(["a", "b", "shared"], tls=["a", "b"]))
-    return source, ScopedCache(source, [TEAM_A, TEAM_B])
+    return source, ScopedCache(source, [TEAM_A, TEAM_B], default=default)
 
 
 def _names(cache: ScopedCache, node: Node, type_url: str) -> list[str]:
@@ -66,10 +74,58 @@ def test_closure_and_trimming() -> None:
     assert {ref.name for ref in route.references} <= set(_names(cache, A1, CLUSTER))
 
 
-def test_an_unscoped_node_sees_the_source() -> None:
-    source, cache = _cache()
+def test_a_node_no_scope_selects_gets_nothing_by_default() -> None:
+    _, cache = _cache()
+    assert cache.default is Unselected.NOTHING
+    assert cache.scope_of(OTHER) is None
+    view = cache.view(OTHER)
+    assert view is not None
+    # Every registered type is answered, and empty: a client is told it has nothing.
+    for type_url in TYPES:
+        assert view.resources(type_url) == {}, type_url
+    named = Subscription(frozenset({"a-cert", "b-cert"}))
+    selection = view.select(SECRET, named)
+    assert selection is not None
+    assert len(selection) == 0
+    # The empty view lives as long as the process: it keeps no subscription a client sent
+    # (nor its selection) once no stream holds it.
+    gone = weakref.ref(named)
+    del named, selection
+    gc.collect()
+    assert gone() is None
+
+
+def test_with_default_everything_an_unscoped_node_sees_the_source() -> None:
+    source, cache = _cache(default=Unselected.EVERYTHING)
     assert cache.scope_of(OTHER) is None
     assert cache.view(OTHER) is source.view(OTHER)
+
+
+def test_the_default_may_name_a_scope() -> None:
+    _, cache = _cache(default="team-b")
+    assert cache.scope_of(OTHER) == "team-b"
+    assert cache.view(OTHER) is cache.view(B1)
+    assert _names(cache, OTHER, SECRET) == ["b-cert"]
+    with pytest.raises(ValueError, match="'team-c' is not one of the scopes"):
+        cache.set_scopes([TEAM_A, TEAM_B], default="team-c")
+    with pytest.raises(ValueError, match="'team-b' is not one of the scopes"):
+        cache.set_scopes([TEAM_A])  # the default stays, and must still name a scope
+    assert cache.scope_of(OTHER) == "team-b"
+
+
+def test_changing_the_default_wakes_the_unselected_nodes_alone() -> None:
+    _, cache = _cache()
+    wakes = _counting(cache, A1, B1, OTHER)
+    cache.set_scopes([TEAM_A, TEAM_B], default=Unselected.EVERYTHING)
+    assert wakes == {"a-1": 0, "b-1": 0, "x-1": 1}
+    assert len(_names(cache, OTHER, CLUSTER)) == 6
+    cache.set_scopes([TEAM_A, TEAM_B], default="team-a")
+    assert wakes == {"a-1": 0, "b-1": 0, "x-1": 2}
+    cache.set_scopes([TEAM_A, TEAM_B], default="team-a")
+    assert wakes == {"a-1": 0, "b-1": 0, "x-1": 2}
+    cache.set_scopes([TEAM_A, TEAM_B], default=Unselected.NOTHING)
+    assert wakes == {"a-1": 0, "b-1": 0, "x-1": 3}
+    assert _names(cache, OTHER, CLUSTER) == []
 
 
 def test_one_view_per_scope_shared_with_its_selections() -> None:
@@ -135,9 +191,10 @@ def test_a_change_wakes_only_the_scopes_that_see_it() -> None:
     source, cache = _cache()
     wakes = _counting(cache, A1, A2, B1, OTHER)
     source.set_snapshot(None, _move_endpoint("b", 9000))
-    assert wakes == {"a-1": 0, "a-2": 0, "b-1": 1, "x-1": 1}
+    # A node that gets nothing is never woken.
+    assert wakes == {"a-1": 0, "a-2": 0, "b-1": 1, "x-1": 0}
     source.set_snapshot(None, _move_endpoint("shared", 9001))
-    assert wakes == {"a-1": 1, "a-2": 1, "b-1": 2, "x-1": 2}
+    assert wakes == {"a-1": 1, "a-2": 1, "b-1": 2, "x-1": 0}
     assert cache.watcher_count() == 4
     assert source.watcher_count() == 3  # one per scope and source group
 
@@ -153,9 +210,9 @@ def test_widening_a_scope_wakes_it_alone() -> None:
     assert "b/svc-0" in _names(cache, A1, CLUSTER)
     cache.set_scopes([wider, TEAM_B])
     assert wakes == {"a-1": 1, "b-1": 0, "x-1": 0}
-    cache.set_scopes([TEAM_B])  # team-a's nodes now see everything
+    cache.set_scopes([TEAM_B])  # team-a's nodes are in no scope now: they get nothing
     assert wakes == {"a-1": 2, "b-1": 0, "x-1": 0}
-    assert len(_names(cache, A1, CLUSTER)) == 6
+    assert _names(cache, A1, CLUSTER) == []
 
 
 def test_listener_globs_and_other_types() -> None:
@@ -182,6 +239,7 @@ def test_over_a_mux_with_a_linear_cache() -> None:
         MuxCache({ENDPOINT: linear}, default=snapshots),
         [Scope(name="team-a", nodes={"cluster": "a"}, egress="a/*")],
         group=lambda node: None,
+        default=Unselected.EVERYTHING,
     )
     wakes = _counting(cache, A1, B1)
     assert _names(cache, A1, ENDPOINT) == ["a/svc-0", "a/svc-1"]

@@ -106,11 +106,13 @@ def test_snapshot_resources_are_read_only() -> None:
 
 def test_select_memoises_equal_subscriptions() -> None:
     snapshot = full_snapshot()
-    one = snapshot.select(ENDPOINT, Subscription(frozenset({"a", "b"})))
+    held = Subscription(frozenset({"a", "b"}))  # (a stream holds it)
+    one = snapshot.select(ENDPOINT, held)
     two = snapshot.select(ENDPOINT, Subscription(frozenset(["b", "a"])))
     assert one is not None
     assert one is two
-    wildcard = snapshot.select(CLUSTER, Subscription(frozenset(), wildcard=True, legacy=True))
+    legacy = Subscription(frozenset(), wildcard=True, legacy=True)
+    wildcard = snapshot.select(CLUSTER, legacy)
     assert snapshot.select(CLUSTER, Subscription(frozenset(), wildcard=True, legacy=True)) is (
         wildcard
     )

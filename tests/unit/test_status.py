@@ -33,6 +33,7 @@ from xdscore import (
     XdsServer,
     same_for_all,
 )
+from xdscore._memos import usage
 from xdscore.protocol import (
     DeltaClient,
     DeltaDiscoveryResponse,
@@ -557,8 +558,10 @@ async def test_the_exposition_parses_and_every_label_is_bounded() -> None:
         "xdscore_response_bytes",
         "xdscore_stale_nonces",
         "xdscore_refused_streams",
+        "xdscore_memo_bytes",
+        "xdscore_memo_entries",
     }
-    # protocol, mode and reason take only the values a fresh registry already lists;
+    # protocol, mode, reason and memo take only the values a fresh registry already lists;
     # type is a registered type's short name or "other". Nothing else is a label.
     fresh = text_string_to_metric_families(generate_latest(Metrics().registry).decode())
     allowed: dict[str, set[str]] = {"type": {info.short_name for info in all_types()} | {"other"}}
@@ -567,7 +570,8 @@ async def test_the_exposition_parses_and_every_label_is_bounded() -> None:
             for label, value in sample.labels.items():
                 if label != "le":
                     allowed.setdefault(label, set()).add(value)
-    assert set(allowed) == {"type", "protocol", "mode", "reason"}
+    assert set(allowed) == {"type", "protocol", "mode", "reason", "memo"}
+    assert allowed["memo"] == {memo.name for memo in usage()}
     assert allowed["protocol"] == {"sotw", "delta"}
     assert allowed["mode"] == {"ads", "per_type"}
     assert {"closing", "max_streams"} <= allowed["reason"]
@@ -587,6 +591,10 @@ async def test_the_exposition_parses_and_every_label_is_bounded() -> None:
                 continue
             assert label in allowed, sample
             assert value in allowed[label], sample
+    held = {s.labels["memo"]: s.value for s in families["xdscore_memo_bytes"].samples}
+    assert held["requests.sotw"] > 0  # the fleet's requests, remembered...
+    limits = {s.labels["memo"]: s.value for s in families["xdscore_memo_limit_bytes"].samples}
+    assert all(held[name] <= limits[name] for name in limits if limits[name])  # ...in bounds
     nacks = [s for s in families["xdscore_nacks"].samples if s.name == "xdscore_nacks_total"]
     assert [(s.labels, s.value) for s in nacks if s.value] == [({"type": "cds"}, 1.0)]
     # Every registered type's series exists from the start, at zero.

@@ -33,7 +33,7 @@ from xdscore.protocol import (
     DeltaServer,
     SotwServer,
 )
-from xdscore.server._driver import DELTA, SOTW
+from xdscore.server._codecs import DELTA, SOTW
 from xdscore.wire import RESOURCE_WRAPPER, decode_delta_response
 
 from ..factories import NODE, sotw_nack

@@ -1,6 +1,8 @@
-"""Wakeup: level-triggered, collapsing, and cancellable in an anyio scope."""
+"""Wakeup: level-triggered, collapsing, timed, and cancellable in an anyio scope."""
 
 from __future__ import annotations
+
+import time
 
 import anyio
 import anyio.lowlevel
@@ -49,3 +51,17 @@ async def test_a_cancelled_wait_leaves_nothing_behind() -> None:
     wake.set()
     with anyio.fail_after(1):
         await wake.wait()
+
+
+async def test_a_wait_until_a_time_returns_then_without_lowering_anything() -> None:
+    wake = Wakeup()
+    with anyio.fail_after(1):
+        await wake.wait(time.monotonic() + 0.02)
+    assert not wake.raised
+    wake.set()
+    with anyio.fail_after(1):
+        await wake.wait(time.monotonic() + 10)  # raised: at once, and lowered
+    assert not wake.raised
+    with anyio.move_on_after(0.05) as scope:
+        await wake.wait(time.monotonic() + 10)
+    assert scope.cancelled_caught

@@ -9,7 +9,7 @@ from ..protocol._view import ResourceView, Selection
 from ._interface import Cache, Cancel, Notify
 from ._linear import LinearCache
 from ._mux import MuxCache
-from ._scoped import NodeSelector, Scope, ScopedCache, ScopedView, first_match
+from ._scoped import NodeSelector, Scope, ScopedCache, ScopedView, Unselected, first_match
 from ._snapshot import Inconsistency, Snapshot, SnapshotError
 from ._snapshot_cache import NodeGroup, SnapshotCache, by_node_id, same_for_all
 
@@ -33,6 +33,7 @@ __all__ = [
     "SnapshotCache",
     "SnapshotError",
     "Subscription",
+    "Unselected",
     "by_node_id",
     "first_match",
     "same_for_all",

@@ -1,4 +1,4 @@
-"""The narrow interface between caches and the server runtime."""
+"""The interface between caches and the server runtime: all the runtime ever asks of one."""
 
 from __future__ import annotations
 
@@ -18,11 +18,13 @@ Cancel = Callable[[], None]
 
 
 class Cache(Protocol):
-    """What the server runtime needs from a cache.
+    """What the server runtime needs from a cache. Subclass it to inherit the defaults.
 
     Reads are synchronous and return immutable views. Watching is level-triggered: ``notify``
     only says "look again"; a watcher that is slow to look sees the latest state, never a
     backlog. Writers call ``notify`` callbacks synchronously and never wait for a reader.
+    :meth:`view` and :meth:`watch` are the whole of it; the runtime calls the others too,
+    and a cache overrides them where it can tell more than the defaults say.
     """
 
     def view(self, node: Node) -> ResourceView | None:
@@ -33,7 +35,22 @@ class Cache(Protocol):
         """Call ``notify`` whenever ``view(node)`` may have changed, until cancelled."""
         ...
 
+    @property
+    def ready(self) -> bool:
+        """Whether the cache has something to serve (a readiness probe waits for it).
+        By default, always."""
+        return True
 
-# Optional, read with getattr by the runtime when a cache has them (the built-in ones do):
-# ``ready: bool`` (a readiness probe waits for it) and
-# ``on_update(callback: Callable[[str], None]) -> Cancel`` (each type a write changed).
+    def on_update(self, callback: Callable[[str], None]) -> Cancel:
+        """Call ``callback`` with the type URL of each type a write changes, until
+        cancelled (debounce then gives each kind its own window). By default the cache
+        cannot tell: nothing is called, and every change counts as the slow kind."""
+        return _nothing
+
+    def scope_of(self, node: Node) -> str | None:
+        """The scope ``node`` is served from, for status pages (``None``: no scopes)."""
+        return None
+
+
+def _nothing() -> None:
+    """A cancel that has nothing to cancel."""

@@ -12,14 +12,12 @@ from ..wire._messages import make_resource
 from ..wire._names import canonical_name
 from ..wire._records import Node
 from ..wire._resource import Resource
-from ._interface import Cancel, Notify
-from ._memo import budget
-from ._snapshot import select
+from ._interface import Cache, Cancel, Notify
+from ._selections import SelectionMemo
 from ._watchers import Updates, Watchers
 
 __all__ = ["LinearCache"]
 
-_MEMO_LIMIT = 4096
 _HISTORY = 64
 """Earlier generations a stream can still get a difference against, at most..."""
 _HISTORY_NAMES = 1_000_000
@@ -55,7 +53,6 @@ class _LinearView:
     __slots__ = (
         "__weakref__",
         "_history",
-        "_ledger",
         "_memo",
         "_resources",
         "generation",
@@ -73,8 +70,7 @@ class _LinearView:
         self.generation = generation
         self._resources = resources
         self._history = history
-        self._memo: dict[Subscription, Selection] = {}
-        self._ledger: list[int] = []
+        self._memo = SelectionMemo()
 
     def resources(self, type_url: str) -> Mapping[str, Resource] | None:
         return self._resources if type_url == self.type_url else None
@@ -94,17 +90,10 @@ class _LinearView:
     def select(self, type_url: str, subscription: Subscription) -> Selection | None:
         if type_url != self.type_url:
             return None
-        selection = self._memo.get(subscription)
-        if selection is None:
-            selection = select(type_url, self._resources, subscription)
-            if len(self._memo) < _MEMO_LIMIT and budget.take(
-                self, self._ledger, len(subscription.names) + len(selection)
-            ):
-                self._memo[subscription] = selection
-        return selection
+        return self._memo.select(type_url, self._resources, subscription)
 
 
-class LinearCache:
+class LinearCache(Cache):
     """Resources of one type, each set, updated or deleted on its own, served to every node.
 
     Updating one resource costs O(1) at write time; the immutable view streams read is

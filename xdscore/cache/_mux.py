@@ -46,7 +46,7 @@ class _MuxView:
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
-class MuxCache:
+class MuxCache(Cache):
     """Serves each type URL in ``routes`` from its cache, and others from ``default``.
 
     For example endpoints from a :class:`LinearCache` and everything else from a
@@ -70,7 +70,7 @@ class MuxCache:
     @property
     def ready(self) -> bool:
         """Whether every routed cache that can tell is ready."""
-        return all(getattr(cache, "ready", True) for cache in self._caches)
+        return all(cache.ready for cache in self._caches)
 
     def view(self, node: Node) -> _MuxView | None:
         """Every routed cache's view for ``node``; ``None`` if none of them has one.
@@ -92,11 +92,7 @@ class MuxCache:
 
     def on_update(self, callback: Callable[[str], None]) -> Cancel:
         """Forward ``callback`` to every routed cache that reports its updates."""
-        cancels = []
-        for cache in self._caches:
-            observe = getattr(cache, "on_update", None)
-            if observe is not None:
-                cancels.append(observe(callback))
+        cancels = [cache.on_update(callback) for cache in self._caches]
 
         def cancel() -> None:
             for each in cancels:

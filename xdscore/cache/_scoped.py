@@ -1,7 +1,9 @@
 """Scopes: each proxy sees only the part of a source cache its scope makes visible.
 
 A :class:`ScopedCache` sits in front of any :class:`~xdscore.cache.Cache`. A function of the
-node names its scope (or none: the node sees the source as it is). A :class:`Scope` says,
+node names its scope; a node it names none for gets what the cache's ``default`` says: no
+resource at all (:attr:`Unselected.NOTHING`, the default), the source as it is
+(:attr:`Unselected.EVERYTHING`), or a scope's view. A :class:`Scope` says,
 per type, which names are visible as *roots* (globs such as ``team-a/*``); everything a
 visible resource refers to (wire/_references.py) is visible too, except that a route
 configuration does not make clusters visible: it is *trimmed* to the virtual hosts whose
@@ -16,6 +18,7 @@ bodies. A change of the source is compared, per scope, against what the scope sa
 
 from __future__ import annotations
 
+import enum
 import fnmatch
 import re
 from collections import OrderedDict
@@ -40,22 +43,52 @@ from ..wire._typeurls import (
     all_types,
 )
 from ._interface import Cache, Cancel, Notify
-from ._memo import budget
-from ._snapshot import select
+from ._selections import SelectionMemo
 from ._watchers import _call
 
-__all__ = ["NodeSelector", "Scope", "ScopedCache", "ScopedView", "first_match"]
+__all__ = [
+    "NodeSelector",
+    "Scope",
+    "ScopedCache",
+    "ScopedView",
+    "Unselected",
+    "first_match",
+    "node_field",
+]
 
 GRAPH_TYPES = frozenset(
     {LISTENER, ROUTE, SCOPED_ROUTE, CLUSTER, ENDPOINT, SECRET, EXTENSION_CONFIG}
 )
 """The types references connect: hidden from a scope unless roots or reached by closure."""
 
-_MEMO_LIMIT = 4096
 _VIEWS_PER_SCOPE = 4
 """Source states a scope keeps its view of (more than one only for per-node sources)."""
 _TRIMMED_LIMIT = 65536
 """Trimmed route configurations kept for reuse, across scopes."""
+
+
+class Unselected(enum.Enum):
+    """What a node sees that no scope selects, unless the cache's ``default`` names a scope."""
+
+    NOTHING = "nothing"
+    """No resource: every registered type is answered as empty."""
+    EVERYTHING = "everything"
+    """The source as it is, as if there were no scopes."""
+
+
+def node_field(node: Node, field: str) -> str | None:
+    """The value of one of the node fields a selector or a binding reads: ``id``,
+    ``cluster`` or ``metadata.KEY`` (a metadata value as a string; ``None`` when absent).
+    Raises :class:`ValueError` for another name."""
+    if field == "id":
+        return node.id
+    if field == "cluster":
+        return node.cluster
+    key = field.removeprefix("metadata.")
+    if key == field or not key:
+        raise ValueError(f"a node field is id, cluster or metadata.KEY, not {field!r}")
+    value = node.metadata.get(key)
+    return None if value is None else str(value)
 
 
 def _metadata(value: Mapping[str, str]) -> Mapping[str, str]:
@@ -82,6 +115,17 @@ class NodeSelector:
             if found is None or str(found) != value:
                 return False
         return True
+
+    @property
+    def fields(self) -> frozenset[str]:
+        """The node fields this selector reads (``id``, ``cluster``, ``metadata.KEY``): a
+        client that may choose any of them may choose whether it is selected."""
+        fields = {f"metadata.{key}" for key in self.metadata}
+        if self.cluster is not None:
+            fields.add("cluster")
+        if self.id is not None:
+            fields.add("id")
+        return frozenset(fields)
 
     def covers(self, other: NodeSelector) -> bool:
         """Whether every node ``other`` matches is matched by this selector too (a sound,
@@ -169,23 +213,15 @@ class _Rule:
 class _TypeView:
     """One type of a scoped view: its resources, content version and selections."""
 
-    __slots__ = ("__weakref__", "_ledger", "_memo", "resources", "versions")
+    __slots__ = ("__weakref__", "_memo", "resources", "versions")
 
     def __init__(self, resources: Mapping[str, Resource]) -> None:
         self.resources = resources
         self.versions = {name: resource.version for name, resource in resources.items()}
-        self._memo: dict[Subscription, Selection] = {}
-        self._ledger: list[int] = []
+        self._memo = SelectionMemo()
 
     def select(self, type_url: str, subscription: Subscription) -> Selection:
-        selection = self._memo.get(subscription)
-        if selection is None:
-            selection = select(type_url, self.resources, subscription)
-            if len(self._memo) < _MEMO_LIMIT and budget.take(
-                self, self._ledger, len(subscription.names) + len(selection)
-            ):
-                self._memo[subscription] = selection
-        return selection
+        return self._memo.select(type_url, self.resources, subscription)
 
 
 class ScopedView:
@@ -249,16 +285,18 @@ class _Audience:
         self.last: ScopedView | None = None
 
 
-class ScopedCache:
+class ScopedCache(Cache):
     """A :class:`~xdscore.cache.Cache` showing each node what its scope makes visible of
     ``source``.
 
     ``scope_of`` names a node's scope (by default the first scope whose ``nodes`` selector
-    matches); a node without one, or whose scope is not listed, sees the source as it is.
-    ``group`` says which nodes the source gives the same view (by default the source's own
-    ``key`` function, as :class:`~xdscore.cache.SnapshotCache` has, else every node on its
-    own); nodes of one scope and one group share one view and one source watch. Call it
-    from the event loop's thread.
+    matches). A node without one, or whose scope is not listed, gets what ``default`` says:
+    nothing (:attr:`Unselected.NOTHING`, the default: every registered type is empty for
+    it), the source as it is (:attr:`Unselected.EVERYTHING`), or the view of the scope it
+    names. ``group`` says which nodes the source gives the same view (by default the
+    source's own ``key`` function, as :class:`~xdscore.cache.SnapshotCache` has, else every
+    node on its own); nodes of one scope and one group share one view and one source watch.
+    Call it from the event loop's thread.
     """
 
     def __init__(
@@ -268,8 +306,12 @@ class ScopedCache:
         *,
         scope_of: Callable[[Node], str | None] | None = None,
         group: Callable[[Node], Hashable] | None = None,
+        default: Unselected | str = Unselected.NOTHING,
     ) -> None:
         self.source = source
+        self._default: Unselected | str = Unselected.NOTHING
+        self._passes_unselected = False
+        """Whether a node no scope selects sees the source as it is (``EVERYTHING``)."""
         if group is None:
             key = getattr(source, "key", None)
             group = key if callable(key) else _each_node
@@ -294,7 +336,7 @@ class ScopedCache:
         self._root_names: dict[tuple[str, str], tuple[int, tuple[str, ...]]] = {}
         self.computations = 0
         """How many scoped views were computed (for tests and benchmarks)."""
-        self.set_scopes(scopes, scope_of=scope_of)
+        self.set_scopes(scopes, scope_of=scope_of, default=default)
 
     # -- rules -------------------------------------------------------------------------------
 
@@ -303,15 +345,32 @@ class ScopedCache:
         """The scopes, in the order given."""
         return self._scopes
 
+    @property
+    def default(self) -> Unselected | str:
+        """What a node no scope selects gets: nothing, everything, or a scope's name."""
+        return self._default
+
     def set_scopes(
-        self, scopes: Iterable[Scope], *, scope_of: Callable[[Node], str | None] | None = None
+        self,
+        scopes: Iterable[Scope],
+        *,
+        scope_of: Callable[[Node], str | None] | None = None,
+        default: Unselected | str | None = None,
     ) -> None:
-        """Replace the scopes (and the scope function, if given); the streams whose scope
-        or view changed are told to look again, the others are not."""
-        self._scopes = tuple(scopes)
-        names = [scope.name for scope in self._scopes]
+        """Replace the scopes (and the scope function and the ``default``, if given); the
+        streams whose scope or view changed are told to look again, the others are not.
+        Raises :class:`ValueError` for scopes with the same name, or a ``default`` that
+        names no scope."""
+        scopes = tuple(scopes)
+        names = [scope.name for scope in scopes]
         if len(set(names)) != len(names):
             raise ValueError(f"scope names must be unique: {names}")
+        default = self._default if default is None else default
+        if isinstance(default, str) and default not in names:
+            raise ValueError(f"the default scope {default!r} is not one of the scopes {names}")
+        old_default, self._default = self._default, default
+        self._passes_unselected = default is Unselected.EVERYTHING
+        self._scopes = scopes
         old_rules = self._rules
         self._rules = {scope.name: _Rule(scope) for scope in self._scopes}
         if scope_of is not None:
@@ -336,16 +395,20 @@ class ScopedCache:
                 audience.cancel()
             for token, (node, notify) in audience.members.items():
                 key = self._join(token, node, notify)
-                if key != old_key or (
-                    key[0] is not None
-                    and not _same_or_none(audience.last, self._audiences[key].last)
-                ):
+                if key != old_key:
+                    woken.append(notify)
+                elif key[0] is None:
+                    if default is not old_default:
+                        woken.append(notify)
+                elif not _same_or_none(audience.last, self._audiences[key].last):
                     woken.append(notify)
         for notify in woken:
             _call(notify)
 
     def scope_of(self, node: Node) -> str | None:
-        """The scope ``node`` is in, or ``None`` when it sees the source as it is."""
+        """The scope ``node`` is in (the default scope for a node no scope selects, when
+        ``default`` names one), or ``None``: it gets nothing or everything, as ``default``
+        says."""
         # Remembered only for nodes read off the wire, whose encoding covers their metadata.
         if node.raw:
             try:
@@ -355,6 +418,8 @@ class ScopedCache:
         name = self._scope_of(node)
         if name is not None and name not in self._rules:
             name = None
+        if name is None and isinstance(self._default, str):
+            name = self._default
         if node.raw:
             if len(self._node_scopes) >= 65536:
                 self._node_scopes.clear()
@@ -369,12 +434,13 @@ class ScopedCache:
         return bool(getattr(self.source, "ready", True))
 
     def view(self, node: Node) -> ResourceView | None:
-        """What ``node``'s scope sees now (the source's own view for an unscoped node)."""
+        """What ``node``'s scope sees now; for a node in no scope, nothing (an empty view)
+        or the source's own view, as ``default`` says."""
         name = self.scope_of(node)
         source = self.source.view(node)
-        if name is None or source is None:
-            return source
-        return self._scoped(name, source)
+        if name is None:
+            return source if self._passes_unselected or source is None else _NOTHING
+        return self._scoped(name, source) if source is not None else None
 
     def scope_view(self, name: str, node: Node) -> ScopedView | None:
         """What scope ``name`` sees of the source view of ``node`` (for tools and tests)."""
@@ -426,16 +492,20 @@ class ScopedCache:
         return key
 
     def _current(self, audience: _Audience) -> ScopedView | None:
+        """The audience's scoped view (or the empty one); ``None`` for nodes that see the
+        source as it is, or while the source has no view."""
         name = audience.key[0]
-        if name is None:
+        if name is None and self._passes_unselected:
             return None
         source = self.source.view(audience.node)
-        return self._scoped(name, source) if source is not None else None
+        if source is None:
+            return None
+        return self._scoped(name, source) if name is not None else _NOTHING
 
-    def _refresh(self, audience: _Audience, *, quiet: bool = False) -> bool:
+    def _refresh(self, audience: _Audience) -> bool:
         """Whether the audience's view changed since it last looked (and remember it)."""
-        if audience.key[0] is None:
-            return not quiet
+        if audience.key[0] is None and self._passes_unselected:
+            return True
         view = self._current(audience)
         before, audience.last = audience.last, view
         if view is before:
@@ -621,6 +691,10 @@ class ScopedCache:
 
 
 _REGISTERED = tuple(info.type_url for info in all_types())
+
+
+_NOTHING = ScopedView("", {type_url: _TypeView(MappingProxyType({})) for type_url in _REGISTERED})
+"""What a node gets that no scope selects, by default: every registered type, empty."""
 
 
 def _each_node(node: Node) -> Hashable:

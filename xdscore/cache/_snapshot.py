@@ -13,11 +13,9 @@ from ..protocol._view import Selection
 from ..wire._messages import make_resource
 from ..wire._resource import Resource
 from ..wire._typeurls import type_info
-from ._memo import budget
+from ._selections import SelectionMemo
 
-__all__ = ["Inconsistency", "Snapshot", "SnapshotError", "select"]
-
-_MEMO_LIMIT = 4096
+__all__ = ["Inconsistency", "Snapshot", "SnapshotError"]
 
 
 class SnapshotError(ValueError):
@@ -53,7 +51,7 @@ class Snapshot:
     response body.
     """
 
-    __slots__ = ("__weakref__", "_by_type", "_ledger", "_memo")
+    __slots__ = ("__weakref__", "_by_type", "_memo")
 
     def __init__(self, resources: Iterable[Resource | Any] = (), *, types: Iterable[str] = ()):
         by_type: dict[str, dict[str, Resource]] = {type_url: {} for type_url in types}
@@ -69,8 +67,7 @@ class Snapshot:
         self._by_type: dict[str, Mapping[str, Resource]] = {
             type_url: MappingProxyType(names) for type_url, names in by_type.items()
         }
-        self._memo: dict[tuple[str, Subscription], Selection] = {}
-        self._ledger: list[int] = []
+        self._memo = SelectionMemo()
 
     @property
     def type_urls(self) -> frozenset[str]:
@@ -104,18 +101,10 @@ class Snapshot:
 
     def select(self, type_url: str, subscription: Subscription) -> Selection | None:
         """The resources of ``type_url`` that ``subscription`` selects (memoised)."""
-        key = (type_url, subscription)
-        selection = self._memo.get(key)
-        if selection is None:
-            resources = self._by_type.get(type_url)
-            if resources is None:
-                return None
-            selection = select(type_url, resources, subscription)
-            if len(self._memo) < _MEMO_LIMIT and budget.take(
-                self, self._ledger, len(subscription.names) + len(selection)
-            ):
-                self._memo[key] = selection
-        return selection
+        resources = self._by_type.get(type_url)
+        if resources is None:
+            return None
+        return self._memo.select(type_url, resources, subscription)
 
     def version(self, type_url: str) -> str:
         """The content version of every resource of ``type_url`` ("" if it lacks the type)."""
@@ -140,15 +129,3 @@ class Snapshot:
                             )
                         )
         return found
-
-
-def select(
-    type_url: str, resources: Mapping[str, Resource], subscription: Subscription
-) -> Selection:
-    """The part of ``resources`` that ``subscription`` asks for."""
-    if subscription.wildcard:
-        return Selection.of(type_url, resources, subscription)
-    chosen = {name: resources[name] for name in subscription.names if name in resources}
-    if subscription.collections:
-        chosen.update((n, r) for n, r in resources.items() if subscription.wants(n))
-    return Selection.of(type_url, chosen, subscription)

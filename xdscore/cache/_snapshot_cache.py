@@ -6,7 +6,7 @@ from collections.abc import Callable, Hashable, Mapping
 
 from ..wire._records import Node
 from ..wire._resource import Resource
-from ._interface import Cancel, Notify
+from ._interface import Cache, Cancel, Notify
 from ._snapshot import Snapshot, SnapshotError
 from ._watchers import Updates, Watchers
 
@@ -26,7 +26,7 @@ def same_for_all(node: Node) -> Hashable:
     return None
 
 
-class SnapshotCache:
+class SnapshotCache(Cache):
     """Snapshots per group of clients; ``group`` maps a node to its group's key.
 
     A client whose group has no snapshot is sent nothing until one is set.

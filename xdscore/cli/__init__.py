@@ -66,11 +66,24 @@ EXAMPLES = {
 }
 """What each command's --help ends with."""
 
+EXIT_STATUSES = """\
+  0  done: serve stopped by a signal, analyze found nothing of ERROR severity, status
+     and dump answered, diff found Envoy in sync
+  1  the command ran and could not do its work: a configuration serve refuses (analyze
+     exits 1 for the same directories), an address it cannot listen on, a server status
+     or dump cannot reach (or that has no such node); for diff, Envoy differs
+  2  the command line is wrong: an unknown flag, a bad value, flags that do not go
+     together (scopes.yaml selecting on a node field the identity flags leave free among
+     them), a DIR or TLS file that does not exist or does not load; for diff, either
+     side cannot be asked"""
+"""What ``xdscore --help`` says of the exit statuses (docs/operations.md says it too)."""
+
 
 class _Parser(argparse.ArgumentParser):
     """Usage errors as one line on stderr (exit status 2), and help with examples."""
 
     examples: str = ""
+    statuses: str = ""
 
     def error(self, message: str) -> NoReturn:
         text = " ".join(message.split())
@@ -80,6 +93,8 @@ class _Parser(argparse.ArgumentParser):
         text = super().format_help()
         if self.examples:
             text += f"\nexamples:\n{self.examples}\n"
+        if self.statuses:
+            text += f"\nexit status:\n{self.statuses}\n"
         return text
 
 
@@ -124,16 +139,28 @@ def _subparsers(parser: argparse.ArgumentParser) -> list[tuple[str, argparse.Arg
     return found
 
 
-def _version() -> str:
-    from .. import __version__
+class _Version(argparse.Action):
+    """``--version``: the version and which build is loaded (compiled, pure, or partly),
+    worked out only when asked for (it imports every module the build lists)."""
 
-    return __version__
+    def __init__(self, option_strings: Sequence[str], dest: str) -> None:
+        super().__init__(
+            option_strings, dest, nargs=0, help="print the version and the build loaded, and exit"
+        )
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> NoReturn:
+        from .. import __version__
+        from .._build import describe, loaded_build
+
+        print(f"xdscore {__version__} ({describe(loaded_build())})")
+        parser.exit()
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="xdscore", description=__doc__)
     parser.examples = EXAMPLES["xdscore"]
-    parser.add_argument("--version", action="version", version=f"xdscore {_version()}")
+    parser.statuses = EXIT_STATUSES
+    parser.add_argument("--version", action=_Version)
     _global_flags(parser, defaults=True)
     commands: argparse._SubParsersAction[argparse.ArgumentParser] = parser.add_subparsers(
         dest="command", required=True, metavar="COMMAND", parser_class=_Parser

@@ -10,7 +10,7 @@ from pathlib import Path
 from ..analysis import Severity, analyze
 from ..config import ConfigError, read_directory, with_scopes
 from . import _descriptors
-from ._common import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from ._common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, directory_problem
 
 __all__ = ["add_parser", "run"]
 
@@ -22,8 +22,9 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="check the Envoy resources in a directory without serving them",
         description="Report dangling references, duplicates, unused resources and the other "
         "findings of xdscore.analysis (see docs/analysis.md). Exits 0 when nothing of ERROR "
-        "severity is found, 1 when something is or the directory holds no resources (both "
-        "are what serve refuses), 2 when the directory cannot be read.",
+        "severity is found; 1 when something is, a file or scopes.yaml does not parse, or "
+        "the directory holds no resources (what serve refuses, with the same status); 2 for "
+        "a usage error, a DIR that does not exist among them.",
     )
     analyze_.add_argument("directory", type=Path, metavar="DIR")
     _descriptors.add_argument(analyze_)
@@ -50,12 +51,16 @@ def run(args: argparse.Namespace) -> int:
     if refused is not None:
         print(f"xdscore analyze: {refused}", file=sys.stderr)
         return EXIT_USAGE
+    missing = directory_problem(directory)
+    if missing is not None:
+        print(f"xdscore: cannot analyze {directory}: {missing}", file=sys.stderr)
+        return EXIT_USAGE
     found, problems = read_directory(directory)
     if problems:
         print(f"xdscore: cannot analyze {directory}:", file=sys.stderr)
         for problem in problems:
             print(f"  {problem}", file=sys.stderr)
-        return EXIT_USAGE
+        return EXIT_FAILED
     if not found:
         # As serve refuses it: serving nothing would tell every client to delete everything.
         print(
@@ -68,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
         report = with_scopes(report, directory, found)
     except ConfigError as exc:
         print(f"xdscore: cannot analyze {directory}: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return EXIT_FAILED
     shown = report.at_least(Severity(args.min_severity))
     if args.format == "json":
         document = {

@@ -14,7 +14,7 @@ from ..config import (
     load_directory_async,
 )
 from ..etcd import DEFAULT_PREFIX, EtcdError, apply_state
-from ._common import EXIT_FAILED, EXIT_OK, connect_etcd
+from ._common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, connect_etcd, directory_problem
 from ._common import positive as _positive
 
 __all__ = ["add_parser", "run"]
@@ -62,6 +62,10 @@ async def run(args: argparse.Namespace) -> int:
     """Run ``apply``; the exit status (0 applied or nothing to do, 1 refused or etcd failed,
     2 bad arguments)."""
     directory: Path = args.directory
+    missing = directory_problem(directory)
+    if missing is not None:
+        print(f"xdscore: cannot apply {directory}: {missing}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         snapshot = await load_directory_async(
             directory,

@@ -43,7 +43,15 @@ from .._errors import ProtocolError, StreamClosed
 from ..wire._csds import IdMatcher, ResourceReport
 from ..wire._messages import resource_json
 from ..wire._typeurls import CLUSTER, ENDPOINT, LISTENER, ROUTE, SECRET, type_info
-from ._common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, address, positive
+from ._common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    add_client_tls,
+    address,
+    client_ssl_context,
+    positive,
+)
 from ._status import fetch_reports
 
 __all__ = [
@@ -638,6 +646,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="SECONDS",
         help="per request (default 10)",
     )
+    add_client_tls(diff)
 
 
 class _CannotAsk(Exception):
@@ -684,8 +693,12 @@ async def _plane(args: argparse.Namespace, node: str) -> list[ResourceReport]:
     """The control plane's reports of ``node`` (every client with that id, merged)."""
     host, port = args.server
     try:
+        context = client_ssl_context(args)
+    except ValueError as exc:
+        raise _CannotAsk(str(exc)) from None
+    try:
         with anyio.fail_after(args.timeout):
-            clients = await fetch_reports(host, port, [IdMatcher("exact", node)])
+            clients = await fetch_reports(host, port, [IdMatcher("exact", node)], context)
     except (ProtocolError, StreamClosed) as exc:
         raise _CannotAsk(f"control plane at {host}:{port}: {exc}") from None
     except TimeoutError:

@@ -6,20 +6,20 @@ import argparse
 import contextlib
 import logging
 import signal
-import ssl
 import sys
 from collections.abc import AsyncIterator
+from functools import partial
 from pathlib import Path
 
 import anyio
+from anyio.streams.memory import MemoryObjectSendStream
 
-from ..cache import ScopedCache, SnapshotCache, same_for_all
+from ..cache import Snapshot, SnapshotCache, same_for_all
 from ..config import (
     DEFAULT_MAX_CONFIG_BYTES,
     DEFAULT_MAX_FILE_BYTES,
     DEFAULT_RELOAD_TIMEOUT,
     ConfigError,
-    load_directory_async,
     load_scopes,
     reload_scopes,
     watch_directory,
@@ -27,15 +27,21 @@ from ..config import (
 from ..etcd import DEFAULT_PREFIX
 from ..server import (
     LOOPS,
-    Authorizer,
     Rebalancing,
-    SpiffeNodePolicy,
     XdsServer,
     tune_collector,
 )
 from ..transport import AdminApp, CertificateFiles, GrpclibTransport, Http2Transport, serve_admin
-from . import _descriptors, _workers
-from ._common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, address, fraction, non_negative
+from . import _descriptors, _identity, _workers
+from ._common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    address,
+    directory_problem,
+    fraction,
+    non_negative,
+)
 from ._common import duration as _duration
 from ._common import positive as _positive
 
@@ -55,8 +61,9 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     serve = commands.add_parser(
         "serve",
         help="serve the Envoy resources in a directory of YAML/JSON files over xDS",
-        description="Serve every resource in DIR to every client (ADS and the per-type "
-        "services, State-of-the-World and Delta, and CSDS), reloading when files change or "
+        description="Serve the resources in DIR (ADS and the per-type services, "
+        "State-of-the-World and Delta, and CSDS): to every client, or to each what its scope "
+        "in DIR/scopes.yaml makes visible (docs/scopes.md), reloading when files change or "
         "on SIGHUP. An invalid or inconsistent change is refused and the last good snapshot "
         "keeps being served. With --etcd URL instead of DIR, serve what etcd holds under "
         "--prefix, following each revision (see docs/etcd.md).",
@@ -164,34 +171,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="the event loop: uvloop's where it is installed (auto, the default: pip install "
         "'xdscore[uvloop]'), uvloop, or asyncio's own",
     )
-    tls = serve.add_argument_group(
-        "TLS and identity",
-        "Without --tls-cert the server listens in plaintext and any client that can connect "
-        "reads every resource, private keys in secrets included.",
-    )
-    tls.add_argument("--tls-cert", type=Path, metavar="FILE", help="server certificate (PEM)")
-    tls.add_argument("--tls-key", type=Path, metavar="FILE", help="its private key (PEM)")
-    tls.add_argument(
-        "--client-ca",
-        type=Path,
-        metavar="FILE",
-        help="CA bundle for client certificates: mutual TLS, a client certificate required",
-    )
-    tls.add_argument(
-        "--node-from-spiffe",
-        nargs=2,
-        metavar=("SPIFFE_TEMPLATE", "NODE_TEMPLATE"),
-        help="bind each node to its certificate: the node id must be NODE_TEMPLATE filled "
-        "from the SPIFFE ID matched by SPIFFE_TEMPLATE, e.g. "
-        "'spiffe://{trust_domain}/ns/{namespace}/sa/{account}' '{account}.{namespace}' "
-        "(needs --client-ca); others are denied with PERMISSION_DENIED",
-    )
-    tls.add_argument(
-        "--node-field",
-        choices=("id", "cluster"),
-        default="id",
-        help="which node field --node-from-spiffe checks (default id)",
-    )
+    _identity.add_arguments(serve)
 
 
 async def run(args: argparse.Namespace) -> int:
@@ -210,50 +190,94 @@ async def run(args: argparse.Namespace) -> int:
 
         return await run_etcd(args)
     directory: Path = args.directory
-    limits = {"max_file_bytes": args.max_file_bytes, "max_config_bytes": args.max_config_bytes}
+    missing = directory_problem(directory)
+    if missing is not None:
+        print(f"xdscore: cannot serve {directory}: {missing}", file=sys.stderr)
+        return EXIT_USAGE
     try:
-        # In a worker thread, like every later reload, with the same limits and timeout.
-        snapshot = await load_directory_async(
-            directory, quiet_ms=args.debounce_ms, timeout=args.reload_timeout, **limits
-        )
-    except ConfigError as exc:
-        print(f"xdscore: cannot serve {directory}: {exc}", file=sys.stderr)
-        return EXIT_FAILED
-    try:
-        certificates, authorize = _security(args)
-    except (ValueError, OSError, ssl.SSLError) as exc:
+        security = _identity.security(args)
+    except ValueError as exc:
         print(f"xdscore: cannot serve with these TLS settings: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    cache = SnapshotCache(group=same_for_all)
-    cache.set_snapshot(None, snapshot)
+    certificates = security.certificates
+    # scopes.yaml: each proxy sees what its scope makes visible (docs/scopes.md). Read before
+    # the first load (a file that does not load, or selects on a node field the binding
+    # leaves free, is refused before any work), then again after each load, as a reload.
+    check = _identity.binding_check(security.authorize)
     try:
-        # scopes.yaml: each proxy sees what its scope makes visible (docs/scopes.md).
-        scoped = ScopedCache(cache, load_scopes(directory))
+        scopes = load_scopes(directory)
     except ConfigError as exc:
         print(f"xdscore: cannot serve {directory}: {exc}", file=sys.stderr)
         return EXIT_FAILED
+    refused = check(scopes)
+    if refused is not None:
+        print(f"xdscore: cannot serve {directory}: {refused}", file=sys.stderr)
+        return EXIT_USAGE
+    cache = SnapshotCache(group=same_for_all)
+    scoped = scopes.cache(cache)
+    _identity.log_scopes(scopes, security.authorize)
 
     def scopes_again(_: object) -> None:
-        reload_scopes(scoped, directory)
+        reload_scopes(scoped, directory, check)
 
     server = XdsServer(
         scoped,
         control_plane_id=args.control_plane_id,
-        authorize=authorize,
+        authorize=security.authorize,
+        operators=security.operators,
         rebalancing=Rebalancing(
             max_stream_age=args.max_stream_age, close_fraction=args.max_stream_close_fraction
         ),
     )
-    tune_collector()  # the first snapshot is loaded: see docs/limits.md
-    host, port = args.listen
     hangups, requests = anyio.create_memory_object_stream[str](8)
+    stop = anyio.Event()
+    watch = partial(
+        watch_directory,
+        directory,
+        cache,
+        quiet_ms=args.debounce_ms,
+        max_delay_ms=args.max_delay_ms,
+        max_file_bytes=args.max_file_bytes,
+        max_config_bytes=args.max_config_bytes,
+        reload_timeout=args.reload_timeout,
+        stop=stop,
+        reload_requests=requests,
+        on_applied=scopes_again,
+    )
     async with (
         _signals() as signals,  # before the serving line: a signal right after it stops cleanly
-        TRANSPORTS[args.transport](server) as transport,
         hangups,
         requests,
-        anyio.create_task_group() as group,
+        anyio.create_task_group() as watching,
     ):
+        try:
+            # The first load (in a child process, like every later reload, with the same
+            # limits and timeout) sets the snapshot; then the watcher follows the files.
+            snapshot: Snapshot = await watching.start(watch)
+        except ConfigError as exc:
+            print(f"xdscore: cannot serve {directory}: {exc}", file=sys.stderr)
+            watching.cancel_scope.cancel()
+            return EXIT_FAILED
+        scopes_again(snapshot)  # an edit made while the directory loaded
+        tune_collector()  # the first snapshot is loaded: see docs/limits.md
+        status = await _serve(args, server, certificates, snapshot, signals, hangups, stop)
+        watching.cancel_scope.cancel()
+    return status
+
+
+async def _serve(
+    args: argparse.Namespace,
+    server: XdsServer,
+    certificates: CertificateFiles | None,
+    snapshot: Snapshot,
+    signals: AsyncIterator[int],
+    hangups: MemoryObjectSendStream[str],
+    stop: anyio.Event,
+) -> int:
+    """Listen, and serve until SIGINT or SIGTERM (passing SIGHUP on as a reload request);
+    the exit status."""
+    host, port = args.listen
+    async with TRANSPORTS[args.transport](server) as transport, anyio.create_task_group() as group:
         context = certificates.context if certificates is not None else None
         try:
             bound = await transport.start(
@@ -262,7 +286,7 @@ async def run(args: argparse.Namespace) -> int:
         except OSError as exc:
             print(f"xdscore: cannot listen on {host}:{port}: {exc.strerror}", file=sys.stderr)
             return EXIT_FAILED
-        print(f"xdscore: serving {directory} on {host}:{bound}: {snapshot}", flush=True)
+        print(f"xdscore: serving {args.directory} on {host}:{bound}: {snapshot}", flush=True)
         if certificates is None:
             log.warning(
                 "serving in plaintext: any client that can connect to %s:%d reads every "
@@ -270,7 +294,6 @@ async def run(args: argparse.Namespace) -> int:
                 host,
                 bound,
             )
-        stop = anyio.Event()
         if certificates is not None:
             group.start_soon(lambda: certificates.watch(stop=stop))
         if _workers.is_worker(args):
@@ -278,19 +301,6 @@ async def run(args: argparse.Namespace) -> int:
         if args.admin is not None and not await _start_admin(group, server, args.admin):
             group.cancel_scope.cancel()
             return EXIT_FAILED
-        group.start_soon(
-            lambda: watch_directory(
-                directory,
-                cache,
-                quiet_ms=args.debounce_ms,
-                max_delay_ms=args.max_delay_ms,
-                reload_timeout=args.reload_timeout,
-                stop=stop,
-                reload_requests=requests,
-                on_applied=scopes_again,
-                **limits,
-            )
-        )
         async for signum in signals:
             if signum == signal.SIGHUP:
                 try:
@@ -337,21 +347,3 @@ async def _admin(
         print(f"xdscore: admin endpoint on http://{host}:{bound}/", flush=True)
         task_status.started(bound)
         await anyio.sleep_forever()
-
-
-def _security(args: argparse.Namespace) -> tuple[CertificateFiles | None, Authorizer | None]:
-    """The TLS files to serve with and the node policy the flags ask for."""
-    if (args.tls_cert is None) != (args.tls_key is None):
-        raise ValueError("give both --tls-cert and --tls-key")
-    if args.client_ca is not None and args.tls_cert is None:
-        raise ValueError("--client-ca needs --tls-cert and --tls-key")
-    authorize: Authorizer | None = None
-    if args.node_from_spiffe is not None:
-        if args.client_ca is None:
-            raise ValueError("--node-from-spiffe needs --client-ca (mutual TLS)")
-        spiffe_id, node = args.node_from_spiffe
-        authorize = SpiffeNodePolicy(spiffe_id, node, args.node_field)
-    if args.tls_cert is None:
-        return None, None
-    files = CertificateFiles(args.tls_cert, args.tls_key, client_ca=args.client_ca)
-    return files, authorize

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
-import ssl
 import sys
 
 import anyio
@@ -21,9 +20,9 @@ from ..cache import SnapshotCache, same_for_all
 from ..etcd import EtcdSource
 from ..server import Rebalancing, XdsServer, tune_collector
 from ..transport import CertificateFiles
-from . import _workers
+from . import _identity, _workers
 from ._common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, connect_etcd
-from ._serve import TRANSPORTS, _security, _start_admin
+from ._serve import TRANSPORTS, _start_admin
 
 __all__ = ["run_etcd"]
 
@@ -33,8 +32,8 @@ log = logging.getLogger("xdscore")
 async def run_etcd(args: argparse.Namespace) -> int:
     """Run ``serve --etcd`` until SIGINT or SIGTERM; the exit status."""
     try:
-        certificates, authorize = _security(args)
-    except (ValueError, OSError, ssl.SSLError) as exc:
+        security = _identity.security(args)
+    except ValueError as exc:
         print(f"xdscore: cannot serve with these TLS settings: {exc}", file=sys.stderr)
         return EXIT_USAGE
     client = connect_etcd(args.etcd, "cannot serve from etcd")
@@ -45,7 +44,8 @@ async def run_etcd(args: argparse.Namespace) -> int:
     server = XdsServer(
         cache,
         control_plane_id=args.control_plane_id,
-        authorize=authorize,
+        authorize=security.authorize,
+        operators=security.operators,
         # The flags that serve's other options add, when present.
         rebalancing=Rebalancing(
             max_stream_age=getattr(args, "max_stream_age", 0.0),
@@ -57,7 +57,7 @@ async def run_etcd(args: argparse.Namespace) -> int:
     if server.metrics is not None:
         source.record_metrics(server.metrics.registry)
     try:
-        return await _serve(args, server, source, certificates)
+        return await _serve(args, server, source, security.certificates)
     finally:
         with anyio.CancelScope(shield=True):
             await client.close()

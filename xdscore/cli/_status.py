@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import ssl
 import sys
 from collections.abc import Iterable
 from typing import Any
@@ -23,7 +24,14 @@ from ..wire._csds import (
 )
 from ..wire._messages import resource_json
 from ..wire._typeurls import type_info
-from ._common import EXIT_FAILED, EXIT_OK, address
+from ._common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    add_client_tls,
+    address,
+    client_ssl_context,
+)
 
 __all__ = ["COMMANDS", "add_parsers", "fetch_reports", "run", "type_states"]
 
@@ -45,6 +53,7 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     status.add_argument("--server", type=address, required=True, metavar="HOST:PORT")
     status.add_argument("--node", default="", metavar="PREFIX", help="only node ids so starting")
     status.add_argument("--format", choices=("table", "json"), default="table")
+    add_client_tls(status)
     dump = commands.add_parser(
         "dump",
         help="print what one proxy holds, as the control plane sees it (CSDS)",
@@ -55,13 +64,23 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     dump.add_argument("--server", type=address, required=True, metavar="HOST:PORT")
     dump.add_argument("--node", required=True, metavar="ID", help="the proxy's node id")
     dump.add_argument("--type", default="", metavar="SHORT", help="only this type (cds, ...)")
+    add_client_tls(dump)
 
 
-async def fetch_reports(host: str, port: int, matchers: Iterable[IdMatcher]) -> list[ClientReport]:
-    """Ask the CSDS server at ``host:port`` about the clients ``matchers`` select."""
-    from ..transport._grpclib_client import open_channel
+async def fetch_reports(
+    host: str,
+    port: int,
+    matchers: Iterable[IdMatcher],
+    ssl_context: ssl.SSLContext | None = None,
+) -> list[ClientReport]:
+    """Ask the CSDS server at ``host:port`` about the clients ``matchers`` select (over TLS
+    with ``ssl_context``)."""
+    from ..transport.grpclib.client import open_channel
 
-    async with open_channel(host, port) as channel, channel.stream(_CSDS) as stream:
+    async with (
+        open_channel(host, port, ssl_context=ssl_context) as channel,
+        channel.stream(_CSDS) as stream,
+    ):
         await stream.send(encode_status_query(matchers))
         data = await stream.receive()
     if data is None:
@@ -136,10 +155,17 @@ async def run(args: argparse.Namespace) -> int:
     node = args.node
     matcher = IdMatcher("prefix" if args.command == "status" else "exact", node)
     try:
-        clients = await fetch_reports(host, port, [matcher] if node else [])
+        context = client_ssl_context(args)
+    except ValueError as exc:
+        print(f"xdscore {args.command}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        clients = await fetch_reports(host, port, [matcher] if node else [], context)
     except (ProtocolError, StreamClosed) as exc:
         print(f"xdscore: {host}:{port}: {exc}", file=sys.stderr)
         return EXIT_FAILED
+    # With a client certificate, CSDS answers about the certificate's own nodes only.
+    hidden = " that this certificate may see" if args.tls_cert is not None else ""
     if args.command == "status":
         if args.format == "json":
             document = [
@@ -147,11 +173,17 @@ async def run(args: argparse.Namespace) -> int:
                 for c in clients
             ]
             print(json.dumps(document, indent=2))
-        else:
+        elif clients:
             print(_table(clients))
+        else:
+            which = f" whose node id starts with {node!r}" if node else ""
+            print(f"no proxy{which}{hidden} is connected to {host}:{port}")
         return EXIT_OK
     if not clients:
-        print(f"xdscore: {host}:{port} has no client with node id {node!r}", file=sys.stderr)
+        print(
+            f"xdscore: {host}:{port} has no client with node id {node!r}{hidden}",
+            file=sys.stderr,
+        )
         return EXIT_FAILED
     wanted = args.type
     types: dict[str, list[dict[str, Any]]] = {}

@@ -1,7 +1,7 @@
 """Serving Envoy resources from a directory of YAML/JSON files."""
 
 from ..wire._descriptors import DescriptorSetError
-from ..wire._descriptors import register_descriptor_set as register_descriptors
+from ._assemble import load_directory
 from ._loader import (
     DEFAULT_MAX_CONFIG_BYTES,
     DEFAULT_MAX_FILE_BYTES,
@@ -10,10 +10,17 @@ from ._loader import (
     ConfigError,
     Problem,
     config_files,
-    load_directory,
     read_directory,
 )
-from ._scopes import SCOPES_FILE, load_scopes, parse_scopes, reload_scopes, with_scopes
+from ._process import register_descriptors
+from ._scopes import (
+    SCOPES_FILE,
+    ScopesFile,
+    load_scopes,
+    parse_scopes,
+    reload_scopes,
+    with_scopes,
+)
 from ._watch import DEFAULT_RELOAD_TIMEOUT, load_directory_async, watch_directory
 
 __all__ = [
@@ -26,6 +33,7 @@ __all__ = [
     "DescriptorSetError",
     "Problem",
     "SCOPES_FILE",
+    "ScopesFile",
     "config_files",
     "load_directory",
     "load_directory_async",

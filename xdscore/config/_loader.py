@@ -13,7 +13,8 @@ A resource wrapped in an ``envoy.service.discovery.v3.Resource`` entry takes tha
 resource when it lapses without a heartbeat).
 
 Every problem in the directory is collected and reported together, each with its file and
-document, and a directory with any problem yields no snapshot at all.
+document; what the problems refuse (the directory, or the file) is decided in
+:mod:`._assemble`.
 
 What a directory may cost is bounded before the expensive work starts: file sizes are
 checked from ``stat`` before anything is read (and again while reading), and YAML aliases
@@ -25,8 +26,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import threading
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,11 +33,10 @@ from typing import Any
 import attrs
 import yaml
 
-from ..analysis import DANGLING_REFERENCE, Diagnostic, analyze
-from ..cache._snapshot import Snapshot
+from ..analysis import Diagnostic
 from ..wire._messages import has_own_name, import_all_protos, make_resource, message_class
 from ..wire._resource import Resource
-from ..wire._typeurls import all_types, type_info
+from ..wire._typeurls import type_info
 from . import _envoy_json
 from ._envoy_json import FieldProblems, Located, LocatedList, parse_message
 
@@ -56,8 +54,8 @@ __all__ = [
     "MAX_YAML_ALIAS_NODES",
     "ConfigError",
     "Problem",
-    "load_directory",
     "read_directory",
+    "yaml_problem",
 ]
 
 SUFFIXES = (".yaml", ".yml", ".json")
@@ -74,12 +72,6 @@ MAX_YAML_ALIAS_NODES = 200_000
 _BETTER_MESSAGE_BYTES = 256 * 1024
 """Up to this size, a file libyaml rejects is parsed again by the pure-Python parser, whose
 messages name the offending character and quote the line."""
-
-_CHECK_EVERY = 200
-"""Nodes a loading thread composes or constructs between two checkpoints (a look at its
-:class:`Control`, and an offer of the GIL to the other threads)."""
-_BEHIND_PAUSE = 0.001
-"""Seconds a load pauses at each offer while a newer load is running."""
 
 log = logging.getLogger("xdscore.config")
 
@@ -99,6 +91,23 @@ class Problem:
         return f"{self.where}: {self.message}"
 
 
+def yaml_problem(where: str, error: yaml.YAMLError) -> Problem:
+    """What the parser found wrong with the file ``where``, at its line and column (the
+    parser's own rendering names no file and quotes the text: it is not repeated)."""
+    if not isinstance(error, yaml.MarkedYAMLError) or error.problem_mark is None:
+        return Problem(where, f"cannot be read: {error}")
+    mark = error.problem_mark
+    message = f"line {mark.line + 1}, column {mark.column + 1}: {error.problem}"
+    context = error.context_mark
+    if error.context and context is not None and context.line != mark.line:
+        message += (
+            f" ({error.context} that began at line {context.line + 1}, column {context.column + 1})"
+        )
+    elif error.context:
+        message += f" ({error.context})"
+    return Problem(where, f"cannot be read: {message}", mark.line + 1)
+
+
 class ConfigError(ValueError):
     """The directory cannot be served; ``problems`` lists every reason.
 
@@ -111,24 +120,6 @@ class ConfigError(ValueError):
         self.diagnostics = tuple(diagnostics)
         listing = "\n".join(f"  - {problem}" for problem in problems)
         super().__init__(f"{len(problems)} problem(s) in the config directory:\n{listing}")
-
-
-class Stopped(Exception):
-    """A load was told to stop (abandoned or superseded) and did, at its next checkpoint."""
-
-
-@attrs.frozen
-class Control:
-    """What the owner of a load running in a thread tells it: ``stop`` (raise
-    :class:`Stopped` at the next checkpoint), and ``behind`` (a newer load is running: let it
-    go first)."""
-
-    stop: threading.Event = attrs.field(factory=threading.Event)
-    behind: threading.Event = attrs.field(factory=threading.Event)
-
-    def check(self) -> None:
-        if self.stop.is_set():
-            raise Stopped
 
 
 def config_files(directory: Path) -> list[Path]:
@@ -149,19 +140,21 @@ def config_files(directory: Path) -> list[Path]:
 
 @attrs.frozen
 class FileData:
-    """One config file as read: its bytes, or why they could not be read."""
+    """One config file as read: its bytes, or why they could not be read (``held``: another
+    process still holds it open for writing, so what it holds is not read as its content)."""
 
     path: Path
     data: bytes | None
     error: str | None = None
+    held: bool = False
 
 
 @attrs.frozen
 class DirectoryData:
     """A directory's config files as read once, and a hash of all of it.
 
-    ``over_limit`` says a size limit refused the directory: it is refused whatever a second
-    read would find, so a watcher need not wait to read it again.
+    ``over_limit`` says the files together are over the size limit for a directory: it is
+    refused whatever a second read would find, so a watcher need not wait to read it again.
     """
 
     root: Path
@@ -169,6 +162,17 @@ class DirectoryData:
     problems: tuple[Problem, ...]
     digest: str
     over_limit: bool
+
+    def holding(self, held: Mapping[Path, str]) -> DirectoryData:
+        """These files, those in ``held`` (with why) taken as still being written: their
+        bytes are dropped, and the digest says so."""
+        if not held:
+            return self
+        files = tuple(
+            FileData(file.path, None, held[file.path], held=True) if file.path in held else file
+            for file in self.files
+        )
+        return attrs.evolve(self, files=files, digest=_digest(self.root, files))
 
 
 def read_files(
@@ -178,29 +182,29 @@ def read_files(
     max_config_bytes: int = DEFAULT_MAX_CONFIG_BYTES,
 ) -> DirectoryData:
     """The bytes of every config file, within the size limits (checked from ``stat`` first,
-    then while reading, for a file that grows in between)."""
+    then while reading, for a file that grows in between). A file over ``max_file_bytes``
+    is not read (it is a :class:`FileData` with its refusal); files within it that hold
+    more than ``max_config_bytes`` together refuse the whole directory."""
     root = Path(directory)
-    digest = hashlib.sha256()
     try:
         paths = config_files(root)
     except ConfigError as exc:
-        return DirectoryData(root, (), tuple(exc.problems), digest.hexdigest(), False)
+        return DirectoryData(root, (), tuple(exc.problems), _digest(root, ()), False)
     sizes: dict[Path, int] = {}
     files: list[FileData] = []
-    problems: list[Problem] = []
     for path in paths:
         try:
-            sizes[path] = path.stat().st_size
+            size = path.stat().st_size
         except OSError as exc:
             files.append(FileData(path, None, f"cannot be read: {exc}"))
             continue
-        if sizes[path] > max_file_bytes:
-            problems.append(Problem(str(path), _over_file_limit(sizes[path], max_file_bytes)))
-    total = sum(size for size in sizes.values() if size <= max_file_bytes)
+        if size > max_file_bytes:
+            files.append(FileData(path, None, _over_file_limit(size, max_file_bytes)))
+        else:
+            sizes[path] = size
+    total = sum(sizes.values())
     if total > max_config_bytes:
-        problems.append(Problem(str(root), _over_directory_limit(total, max_config_bytes)))
-    if problems:
-        return DirectoryData(root, (), tuple(problems), digest.hexdigest(), True)
+        return _over_total(root, _over_directory_limit(total, max_config_bytes))
     read = 0
     for path in sizes:
         try:
@@ -209,32 +213,37 @@ def read_files(
         except OSError as exc:
             files.append(FileData(path, None, f"cannot be read: {exc}"))
             continue
-        read += len(data)
         if len(data) > max_file_bytes:
-            problems.append(Problem(str(path), _over_file_limit(len(data), max_file_bytes)))
-        elif read > max_config_bytes:
-            problems.append(
-                Problem(str(root), _over_directory_limit(read, max_config_bytes, grew=True))
-            )
-            break
-        else:
-            files.append(FileData(path, data))
-    if problems:
-        return DirectoryData(root, (), tuple(problems), digest.hexdigest(), True)
+            files.append(FileData(path, None, _over_file_limit(len(data), max_file_bytes)))
+            continue
+        read += len(data)
+        if read > max_config_bytes:
+            return _over_total(root, _over_directory_limit(read, max_config_bytes, grew=True))
+        files.append(FileData(path, data))
     files.sort(key=lambda file: file.path)
+    return DirectoryData(root, tuple(files), (), _digest(root, files), False)
+
+
+def _over_total(root: Path, message: str) -> DirectoryData:
+    return DirectoryData(root, (), (Problem(str(root), message),), _digest(root, ()), True)
+
+
+def _digest(root: Path, files: Sequence[FileData]) -> str:
+    """A hash of every file's path and bytes (or why it has none)."""
+    digest = hashlib.sha256()
     for file in files:
         name = str(file.path.relative_to(root)).encode("utf-8", "surrogateescape")
         digest.update(len(name).to_bytes(8, "big") + name)
         body = file.data if file.data is not None else (file.error or "").encode()
         digest.update(b"D" if file.data is not None else b"E")
         digest.update(len(body).to_bytes(8, "big") + body)
-    return DirectoryData(root, tuple(files), (), digest.hexdigest(), False)
+    return digest.hexdigest()
 
 
 def _over_file_limit(size: int, limit: int) -> str:
     return (
         f"refused: the file is {size:,} bytes, over the limit of {limit:,} bytes for one "
-        "file (max_file_bytes)"
+        "file (raise it with --max-file-bytes, or max_file_bytes=)"
     )
 
 
@@ -242,7 +251,7 @@ def _over_directory_limit(size: int, limit: int, *, grew: bool = False) -> str:
     held = f"more than {limit:,} bytes (they grew while being read)" if grew else f"{size:,} bytes"
     return (
         f"refused: the config files hold {held}, over the limit of {limit:,} bytes for a "
-        "directory (max_config_bytes)"
+        "directory (raise it with --max-config-bytes, or max_config_bytes=)"
     )
 
 
@@ -250,33 +259,8 @@ def _over_directory_limit(size: int, limit: int, *, grew: bool = False) -> str:
 
 
 class _Loader(_FastLoader):
-    """The safe loader (libyaml's when available) with a checkpoint every
-    :data:`_CHECK_EVERY` nodes: an abandoned load stops within a few milliseconds rather
-    than at the end of a large document, and the thread lets the others (the event loop
-    first) run, pausing a little when a newer load is running, so that the newer goes first."""
-
-    control: Control | None = None
-    _nodes = 0
-
-    def _checkpoint(self) -> None:
-        self._nodes = 0
-        control = self.control
-        if control is not None:
-            control.check()
-            # Hands the GIL to a waiting thread now rather than at the next forced switch.
-            time.sleep(_BEHIND_PAUSE if control.behind.is_set() else 0)
-
-    def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
-        self._nodes += 1
-        if self._nodes >= _CHECK_EVERY:
-            self._checkpoint()
-        return super().resolve(kind, value, implicit)  # type: ignore[no-untyped-call]
-
-    def construct_object(self, node: Any, deep: bool = False) -> Any:
-        self._nodes += 1
-        if self._nodes >= _CHECK_EVERY:
-            self._checkpoint()
-        return super().construct_object(node, deep)
+    """The safe loader (libyaml's when available), building mappings and lists that know
+    the line of each item."""
 
 
 def _construct_map(loader: _Loader, node: yaml.MappingNode) -> Iterator[Located]:
@@ -317,11 +301,8 @@ class _YamlLoader(_Loader):
 
     def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
         if kind is yaml.ScalarNode and implicit[0] and value != "<<":
-            self._nodes += 1
-            if self._nodes >= _CHECK_EVERY:
-                self._checkpoint()
             return _envoy_json.classify_plain(value)
-        return super().resolve(kind, value, implicit)
+        return super().resolve(kind, value, implicit)  # type: ignore[no-untyped-call]
 
 
 _YamlLoader.add_constructor(_envoy_json.BOOL_TAG, _envoy_json.construct_bool)
@@ -397,7 +378,7 @@ def _check_aliases(root: yaml.Node, where: str, aliases: int) -> int:
     return aliases
 
 
-def _documents(path: Path, data: bytes, control: Control | None = None) -> list[tuple[str, Any]]:
+def _documents(path: Path, data: bytes) -> list[tuple[str, Any]]:
     """The documents of one file, each checked against the alias bounds before it is
     constructed. Raises ``yaml.YAMLError`` (or :class:`_Bounds`) for the whole file."""
     text = data.decode("utf-8")
@@ -407,7 +388,6 @@ def _documents(path: Path, data: bytes, control: Control | None = None) -> list[
     # Aliases need anchors: a file without '&' has none, and nothing to check.
     check = b"&" in data
     loader = _Loader(text) if is_json else _YamlLoader(text)
-    loader.control = control
     documents: list[tuple[str, Any]] = []
     aliases = 0
     try:
@@ -574,7 +554,7 @@ def _wrapped(wrapper: Any) -> Resource:
     return resource
 
 
-def _alias_problems(resources: Sequence[tuple[str, Resource]]) -> list[Problem]:
+def alias_problems(resources: Sequence[tuple[str, Resource]]) -> list[Problem]:
     """An alias must name one resource: not two, and not another resource by its name."""
     problems: list[Problem] = []
     names = {(r.type_url, r.name) for _, r in resources}
@@ -599,43 +579,67 @@ def _alias_problems(resources: Sequence[tuple[str, Resource]]) -> list[Problem]:
     return problems
 
 
-def parse_files(
-    contents: DirectoryData, control: Control | None = None
-) -> tuple[list[tuple[str, Resource]], list[Problem]]:
-    """The resources and problems of a directory read by :func:`read_files`. With
-    ``control``, raises :class:`Stopped` at the first checkpoint (a YAML node, a resource)
-    once ``control.stop`` is set."""
+@attrs.frozen
+class FileResult:
+    """What one config file holds: its resources, each with where it was found, and its
+    problems (a file with any is refused, whatever else it holds)."""
+
+    path: Path
+    resources: tuple[tuple[str, Resource], ...]
+    problems: tuple[Problem, ...]
+    held: bool = False
+    """The file is still being written (see :attr:`FileData.held`)."""
+
+
+def parse_file(file: FileData) -> FileResult:
+    """The resources and problems of one file as read by :func:`read_files`."""
+    if file.data is None:
+        problem = Problem(str(file.path), file.error or "cannot be read")
+        return FileResult(file.path, (), (problem,), held=file.held)
+    try:
+        documents = _documents(file.path, file.data)
+    except yaml.YAMLError as exc:
+        return _unreadable(file.path, yaml_problem(str(file.path), exc))
+    except UnicodeDecodeError as exc:
+        reason = f"cannot be read: not UTF-8 (byte {exc.start}: {exc.reason})"
+        return _unreadable(file.path, Problem(str(file.path), reason))
+    except RecursionError:
+        return _unreadable(file.path, Problem(str(file.path), "cannot be read: nested too deeply"))
+    except _Bounds as exc:
+        return _unreadable(file.path, Problem(exc.where, exc.message))
+    resources: list[tuple[str, Resource]] = []
+    problems: list[Problem] = []
+    for where, document in documents:
+        for entry_where, entry in _entries(where, document):
+            try:
+                resources.append((entry_where, _resource(entry)))
+            except _EntryError as exc:
+                problems.extend(_entry_problems(entry_where, exc))
+            except RecursionError:
+                problems.append(Problem(entry_where, "nested too deeply"))
+    return FileResult(file.path, tuple(resources), tuple(problems))
+
+
+def _unreadable(path: Path, problem: Problem) -> FileResult:
+    return FileResult(path, (), (problem,))
+
+
+def resource_files(contents: DirectoryData) -> list[FileData]:
+    """The files of ``contents`` that hold resources (all but the scopes file)."""
+    scopes = contents.root / "scopes.yaml"  # not resources: the scopes (config/_scopes.py)
+    return [file for file in contents.files if file.path != scopes]
+
+
+def parse_files(contents: DirectoryData) -> tuple[list[tuple[str, Resource]], list[Problem]]:
+    """The resources and problems of a directory read by :func:`read_files`."""
     import_all_protos()
     resources: list[tuple[str, Resource]] = []
     problems = list(contents.problems)
-    for file in contents.files:
-        if file.path == contents.root / "scopes.yaml":
-            continue  # not resources: the scopes (config/_scopes.py)
-        if file.data is None:
-            problems.append(Problem(str(file.path), file.error or "cannot be read"))
-            continue
-        try:
-            documents = _documents(file.path, file.data, control)
-        except (UnicodeDecodeError, yaml.YAMLError) as exc:
-            problems.append(Problem(str(file.path), f"cannot be read: {exc}"))
-            continue
-        except RecursionError:
-            problems.append(Problem(str(file.path), "cannot be read: nested too deeply"))
-            continue
-        except _Bounds as exc:
-            problems.append(Problem(exc.where, exc.message))
-            continue
-        for where, document in documents:
-            for entry_where, entry in _entries(where, document):
-                if control is not None:
-                    control.check()
-                try:
-                    resources.append((entry_where, _resource(entry)))
-                except _EntryError as exc:
-                    problems.extend(_entry_problems(entry_where, exc))
-                except RecursionError:
-                    problems.append(Problem(entry_where, "nested too deeply"))
-    problems += _alias_problems(resources)
+    for file in resource_files(contents):
+        result = parse_file(file)
+        resources += result.resources
+        problems += result.problems
+    problems += alias_problems(resources)
     return resources, problems
 
 
@@ -657,53 +661,3 @@ def read_directory(
         directory, max_file_bytes=max_file_bytes, max_config_bytes=max_config_bytes
     )
     return parse_files(contents)
-
-
-def load_directory(
-    directory: str | Path,
-    *,
-    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
-    max_config_bytes: int = DEFAULT_MAX_CONFIG_BYTES,
-) -> Snapshot:
-    """A consistent snapshot of the directory; raises :class:`ConfigError` listing problems.
-
-    The directory is refused when a file does not read or parse, exceeds a limit (see
-    :func:`read_directory`), or when :func:`~xdscore.analysis.analyze` finds anything of
-    ERROR severity (dangling references, duplicate names, ...); its warnings are logged on
-    ``xdscore.config`` and do not refuse it. The snapshot is authoritative for every
-    registered type: a directory without listeners serves an empty listener set. A
-    directory with no resources at all is refused. This reads and parses on the calling
-    thread: from async code, use :func:`~xdscore.config.load_directory_async`.
-    """
-    contents = read_files(
-        directory, max_file_bytes=max_file_bytes, max_config_bytes=max_config_bytes
-    )
-    return load_files(contents)
-
-
-def load_files(contents: DirectoryData, control: Control | None = None) -> Snapshot:
-    """:func:`load_directory` of a directory already read by :func:`read_files`."""
-    found, problems = parse_files(contents, control)
-    directory = contents.root
-    if not found and not problems:
-        # Serving nothing would tell every client to delete every listener and cluster.
-        problems.append(Problem(str(directory), "holds no resources; refusing to serve nothing"))
-    report = analyze(found, complete=True)
-    errors = list(report.errors)
-    if problems:
-        # A reference may dangle only because its target sits in a file that did not parse:
-        # those are reported once the directory reads cleanly.
-        errors = [d for d in errors if d.code != DANGLING_REFERENCE]
-    problems += [_problem(directory, d) for d in errors]
-    if problems:
-        raise ConfigError(problems, errors)
-    for diagnostic in report.warnings:
-        log.warning("%s", diagnostic)
-    return Snapshot(
-        (resource for _, resource in found), types=[info.type_url for info in all_types()]
-    )
-
-
-def _problem(directory: str | Path, diagnostic: Diagnostic) -> Problem:
-    where = diagnostic.where or str(directory)
-    return Problem(where, f"{diagnostic.code} {diagnostic.message}")

@@ -36,6 +36,7 @@ import attrs
 from mypy_extensions import mypyc_attr
 
 from .._errors import GrpcStatus, LocalProtocolError
+from .._memos import CLIENT_DELTA_RESPONSES, encoded_size, footprint
 from ..wire._names import canonical_names
 from ..wire._records import DeltaDiscoveryRequest, DeltaDiscoveryResponse, ErrorDetail, Node
 from ..wire._resource import Resource
@@ -47,27 +48,37 @@ from ._subscription import WILDCARD
 __all__ = ["DeltaClient", "DeltaClientTypeState"]
 
 
-_STATE_FIELDS = (
-    "wildcard",
-    "legacy",
-    "requested",
-    "wildcard_received",
-    "ambiguous",
-    "errors",
-    "nonce",
-    "last_error",
-    "acks",
-    "nacks",
-)
-
-
 @final
 class DeltaClientTypeState(Record):
     """What a Delta client wants and holds of one type (see the module docstring);
     ``errors``: the server's ``resource_errors`` for requested names, by name."""
 
-    __slots__ = _STATE_FIELDS
-    _fields = _STATE_FIELDS
+    # record fields, with evolve:
+    #     *
+    #     wildcard: bool = False
+    #     legacy: bool = False
+    #     requested: Mapping[str, Resource | None] = {}
+    #     wildcard_received: Mapping[str, Resource] = {}
+    #     ambiguous: Mapping[str, Resource] = {}
+    #     errors: Mapping[str, ErrorDetail] = {}
+    #     nonce: str = ""
+    #     last_error: ErrorDetail | None = None
+    #     acks: int = 0
+    #     nacks: int = 0
+    # --- generated from the fields above by `make records`; do not edit ---
+    _fields = (
+        "wildcard",
+        "legacy",
+        "requested",
+        "wildcard_received",
+        "ambiguous",
+        "errors",
+        "nonce",
+        "last_error",
+        "acks",
+        "nacks",
+    )
+    __slots__ = _fields
 
     def __init__(
         self,
@@ -117,9 +128,9 @@ class DeltaClientTypeState(Record):
             wildcard=self.wildcard if isinstance(wildcard, Keep) else wildcard,
             legacy=self.legacy if isinstance(legacy, Keep) else legacy,
             requested=self.requested if isinstance(requested, Keep) else requested,
-            wildcard_received=self.wildcard_received
-            if isinstance(wildcard_received, Keep)
-            else wildcard_received,
+            wildcard_received=(
+                self.wildcard_received if isinstance(wildcard_received, Keep) else wildcard_received
+            ),
             ambiguous=self.ambiguous if isinstance(ambiguous, Keep) else ambiguous,
             errors=self.errors if isinstance(errors, Keep) else errors,
             nonce=self.nonce if isinstance(nonce, Keep) else nonce,
@@ -127,6 +138,8 @@ class DeltaClientTypeState(Record):
             acks=self.acks if isinstance(acks, Keep) else acks,
             nacks=self.nacks if isinstance(nacks, Keep) else nacks,
         )
+
+    # --- end generated ---
 
     def holds(self) -> dict[str, Resource]:
         """Every resource held, by name."""
@@ -406,22 +419,19 @@ class _Entries:
     all_bodies: bool
 
 
-_ENTRIES: dict[int, tuple[tuple[Resource, ...], str, _Entries]] = {}
-_ENTRIES_KEPT = 8
-
-
 def _entries(response: DeltaDiscoveryResponse) -> _Entries:
     """The :class:`_Entries` of ``response`` (remembered for the last few resource tuples
     seen, by identity: a load generator hands one decoded tuple to every client)."""
     resources = response.resources
-    kept = _ENTRIES.get(id(resources))
-    if kept is not None and kept[0] is resources and kept[1] == response.type_url:
-        return kept[2]
+    key = (id(resources), response.type_url)
+    kept = CLIENT_DELTA_RESPONSES.get(key)
+    if isinstance(kept, tuple) and kept[0] is resources:
+        entries: _Entries = kept[1]
+        return entries
     entries = _examine(response)
     if len(resources) > 1:
-        if len(_ENTRIES) >= _ENTRIES_KEPT:
-            del _ENTRIES[next(iter(_ENTRIES))]
-        _ENTRIES[id(resources)] = (resources, response.type_url, entries)
+        size = footprint(resources, entries, skip=(Resource,)) + encoded_size(resources)
+        CLIENT_DELTA_RESPONSES.put(key, (resources, entries), size)
     return entries
 
 

@@ -70,11 +70,12 @@ import operator
 import weakref
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any, Final, TypeVar, final
+from typing import Any, Final, TypeVar, cast, final
 
 import attrs
 from mypy_extensions import mypyc_attr
 
+from .._memos import DELTA_ACCEPTED, DELTA_ANSWERS
 from ..wire._names import collection_of
 from ..wire._records import DeltaDiscoveryRequest, ErrorDetail, ResourceError
 from ..wire._resource import Resource
@@ -85,7 +86,6 @@ from ._limits import StreamLimits, check_names, check_subscribed, check_type_cou
 from ._machine import ServerMachine
 from ._ordering import Holding, plan, warming
 from ._record import KEEP, Keep, Record
-from ._shared import SharedWork
 from ._state import Effect, Input, Phase, classify, step
 from ._subscription import EVERYTHING, NOTHING, WILDCARD, Subscription
 from ._view import ResourceView
@@ -107,27 +107,13 @@ _Answer = tuple[
 """Resources due and names to remove, in name order; resources found held; why names are
 absent; the resources due, new or changed for the client, that refer to types sent before
 theirs: the only ones make-before-break may hold back (see ``DeltaServer._answer``)."""
-_ANSWERS: SharedWork[_Answer] = SharedWork(16)
-"""What streams in the same state are due (see :mod:`._shared`)."""
 _Applied = tuple["_Holdings[str]", "_Holdings[Resource]", "_Holdings[str]"]
-_ACCEPTED: SharedWork[tuple[weakref.ref[Any], ...]] = SharedWork(16)
-"""What streams in the same state hold after the same ACK."""
+_OWNED_ELSEWHERE = (Resource, Subscription)
+"""What shared work holds but does not own: the cache's resources, interned subscriptions."""
 _REMOVED = ""
 """The version recorded in ``rejected_versions`` for a removal the client NACKed."""
 _UNKNOWN = ""
 """The version recorded in ``held_versions`` for a resource the client may or may not hold."""
-
-
-_RESPONSE_FIELDS = (
-    "type_url",
-    "nonce",
-    "system_version_info",
-    "resources",
-    "removed",
-    "ttl",
-    "heartbeat",
-    "errors",
-)
 
 
 @final
@@ -139,8 +125,28 @@ class DeltaResponse(Record):
     ``resource_errors``, removed names the client asked for by name, and why (for clients
     that read them)."""
 
-    __slots__ = _RESPONSE_FIELDS
-    _fields = _RESPONSE_FIELDS
+    # record fields:
+    #     *
+    #     type_url: str
+    #     nonce: str
+    #     system_version_info: str
+    #     resources: tuple[Resource, ...]
+    #     removed: tuple[str, ...]
+    #     ttl: bool = False
+    #     heartbeat: bool = False
+    #     errors: tuple[ResourceError, ...] = ()
+    # --- generated from the fields above by `make records`; do not edit ---
+    _fields = (
+        "type_url",
+        "nonce",
+        "system_version_info",
+        "resources",
+        "removed",
+        "ttl",
+        "heartbeat",
+        "errors",
+    )
+    __slots__ = _fields
 
     def __init__(
         self,
@@ -163,22 +169,22 @@ class DeltaResponse(Record):
         self.heartbeat: Final = heartbeat
         self.errors: Final = errors
 
+    # --- end generated ---
 
-_STATE_FIELDS = (
-    "subscription",
-    "phase",
-    "held_versions",
-    "held",
-    "owed",
-    "rejected_versions",
-    "last_error",
-    "latest_nonce",
-    "answered",
-    "outstanding",
-    "synced",
-    "acks",
-    "nacks",
-)
+    @property
+    def version(self) -> str:
+        """The version this response carries (``system_version_info``)."""
+        return self.system_version_info
+
+    @property
+    def heartbeats(self) -> int:
+        """How many resources this response heartbeats (0: it is no heartbeat)."""
+        return len(self.resources) if self.heartbeat else 0
+
+    @property
+    def carries_ttl(self) -> bool:
+        """Whether it sends a resource with a TTL to a client that reads TTLs."""
+        return self.ttl and any(resource.ttl is not None for resource in self.resources)
 
 
 @final
@@ -192,8 +198,38 @@ class DeltaTypeState(Record):
     unchanged, nothing to do; changed, only the names the view says changed since then
     need a look."""
 
-    __slots__ = _STATE_FIELDS
-    _fields = _STATE_FIELDS
+    # record fields, with evolve:
+    #     *
+    #     subscription: Subscription
+    #     phase: Phase = Phase.REQUESTED
+    #     held_versions: Mapping[str, str] = _NO_VERSIONS
+    #     held: Mapping[str, Resource] = _NO_RESOURCES
+    #     owed: frozenset[str] = _EMPTY
+    #     rejected_versions: Mapping[str, str] = _NO_VERSIONS
+    #     last_error: ErrorDetail | None = None
+    #     latest_nonce: str = ""
+    #     answered: bool = False
+    #     outstanding: DeltaResponse | None = None
+    #     synced: Mapping[str, Resource] | None = None
+    #     acks: int = 0
+    #     nacks: int = 0
+    # --- generated from the fields above by `make records`; do not edit ---
+    _fields = (
+        "subscription",
+        "phase",
+        "held_versions",
+        "held",
+        "owed",
+        "rejected_versions",
+        "last_error",
+        "latest_nonce",
+        "answered",
+        "outstanding",
+        "synced",
+        "acks",
+        "nacks",
+    )
+    __slots__ = _fields
 
     def __init__(
         self,
@@ -261,6 +297,8 @@ class DeltaTypeState(Record):
             acks=self.acks if isinstance(acks, Keep) else acks,
             nacks=self.nacks if isinstance(nacks, Keep) else nacks,
         )
+
+    # --- end generated ---
 
 
 _UNSEEN = DeltaTypeState(subscription=NOTHING, phase=Phase.IDLE)
@@ -485,11 +523,11 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
             subscription,
         )
         extra = (type_url, frozenset(owing))
-        answer = _ANSWERS.get(key, extra) if shareable else None
+        answer = cast("_Answer | None", DELTA_ANSWERS.get(key, extra)) if shareable else None
         if answer is None:
             answer = self._answer(type_url, state, owing, view, resources, members, empty)
             if shareable:
-                _ANSWERS.put(key, extra, answer)
+                DELTA_ANSWERS.put(key, extra, answer, skip=_OWNED_ELSEWHERE)
         sending, removed, recognised, absent, changed = answer
         if recognised:
             state = state.evolve(held={**state.held, **recognised})
@@ -764,13 +802,14 @@ def _accept(
         outstanding.removed,
         state.subscription,
     )
-    shared = _ACCEPTED.get(key, None)
+    shared = cast("tuple[weakref.ref[Any], ...] | None", DELTA_ACCEPTED.get(key, None))
     holdings = None if shared is None else _alive(shared)
     if holdings is None:
         holdings = _applied(state, outstanding)
         # Weakly: holdings no stream holds any more are no use to share, and an entry
         # holding them would keep the entry they are the key of alive, and so on back.
-        _ACCEPTED.put(key, None, tuple(weakref.ref(each) for each in holdings))
+        refs = tuple(weakref.ref(each) for each in holdings)
+        DELTA_ACCEPTED.put(key, None, refs, skip=_OWNED_ELSEWHERE)
     held_versions, held, rejected = holdings
     events.append(
         ResponseAcked(

@@ -18,29 +18,35 @@ __all__ = [
 ]
 
 
-_NODE_IDENTIFIED_FIELDS = ("node",)
-
-
 @final
 class NodeIdentified(Record):
     """The first request of the stream named the client."""
 
-    __slots__ = _NODE_IDENTIFIED_FIELDS
-    _fields = _NODE_IDENTIFIED_FIELDS
+    # record fields:
+    #     *
+    #     node: Node
+    # --- generated from the fields above by `make records`; do not edit ---
+    _fields = ("node",)
+    __slots__ = _fields
 
     def __init__(self, *, node: Node) -> None:
         self.node: Final = node
 
-
-_SUBSCRIPTION_CHANGED_FIELDS = ("type_url", "previous", "subscription")
+    # --- end generated ---
 
 
 @final
 class SubscriptionChanged(Record):
     """The client's subscription for ``type_url`` became ``subscription``."""
 
-    __slots__ = _SUBSCRIPTION_CHANGED_FIELDS
-    _fields = _SUBSCRIPTION_CHANGED_FIELDS
+    # record fields:
+    #     *
+    #     type_url: str
+    #     previous: Subscription | None
+    #     subscription: Subscription
+    # --- generated from the fields above by `make records`; do not edit ---
+    _fields = ("type_url", "previous", "subscription")
+    __slots__ = _fields
 
     def __init__(
         self, *, type_url: str, previous: Subscription | None, subscription: Subscription
@@ -49,8 +55,7 @@ class SubscriptionChanged(Record):
         self.previous: Final = previous
         self.subscription: Final = subscription
 
-
-_RESPONSE_ACKED_FIELDS = ("type_url", "version_info", "nonce")
+    # --- end generated ---
 
 
 @final
@@ -60,16 +65,21 @@ class ResponseAcked(Record):
     In Delta, ``version_info`` is the ``system_version_info`` of the acknowledged response.
     """
 
-    __slots__ = _RESPONSE_ACKED_FIELDS
-    _fields = _RESPONSE_ACKED_FIELDS
+    # record fields:
+    #     *
+    #     type_url: str
+    #     version_info: str
+    #     nonce: str
+    # --- generated from the fields above by `make records`; do not edit ---
+    _fields = ("type_url", "version_info", "nonce")
+    __slots__ = _fields
 
     def __init__(self, *, type_url: str, version_info: str, nonce: str) -> None:
         self.type_url: Final = type_url
         self.version_info: Final = version_info
         self.nonce: Final = nonce
 
-
-_RESPONSE_NACKED_FIELDS = ("type_url", "rejected", "version_info", "nonce", "error")
+    # --- end generated ---
 
 
 @final
@@ -79,8 +89,16 @@ class ResponseNacked(Record):
     ``version_info`` is what the client says it still holds; ``error`` is its reason.
     """
 
-    __slots__ = _RESPONSE_NACKED_FIELDS
-    _fields = _RESPONSE_NACKED_FIELDS
+    # record fields:
+    #     *
+    #     type_url: str
+    #     rejected: str
+    #     version_info: str
+    #     nonce: str
+    #     error: ErrorDetail
+    # --- generated from the fields above by `make records`; do not edit ---
+    _fields = ("type_url", "rejected", "version_info", "nonce", "error")
+    __slots__ = _fields
 
     def __init__(
         self, *, type_url: str, rejected: str, version_info: str, nonce: str, error: ErrorDetail
@@ -91,21 +109,28 @@ class ResponseNacked(Record):
         self.nonce: Final = nonce
         self.error: Final = error
 
-
-_STALE_NONCE_SEEN_FIELDS = ("type_url", "nonce", "latest")
+    # --- end generated ---
 
 
 @final
 class StaleNonceSeen(Record):
     """A request echoed ``nonce`` after ``latest`` was sent; it was not taken as ACK or NACK."""
 
-    __slots__ = _STALE_NONCE_SEEN_FIELDS
-    _fields = _STALE_NONCE_SEEN_FIELDS
+    # record fields:
+    #     *
+    #     type_url: str
+    #     nonce: str
+    #     latest: str
+    # --- generated from the fields above by `make records`; do not edit ---
+    _fields = ("type_url", "nonce", "latest")
+    __slots__ = _fields
 
     def __init__(self, *, type_url: str, nonce: str, latest: str) -> None:
         self.type_url: Final = type_url
         self.nonce: Final = nonce
         self.latest: Final = latest
+
+    # --- end generated ---
 
 
 Event = NodeIdentified | SubscriptionChanged | ResponseAcked | ResponseNacked | StaleNonceSeen

@@ -19,11 +19,34 @@ from ._state import Phase, StreamState, ensure_open
 from ._subscription import Subscription
 from ._view import ResourceView
 
-__all__ = ["Deny", "ServerMachine"]
+__all__ = ["Deny", "Response", "ServerMachine"]
 
 Deny = Callable[[str, str], "str | None"]
 """Given a type URL and a resource name: ``None`` if this stream's client may have it, else
 why not. Must answer the same for the same name for as long as the stream lasts."""
+
+
+class Response(Protocol):
+    """What the runtime reads of a response a server machine returns."""
+
+    @property
+    def type_url(self) -> str: ...
+
+    @property
+    def nonce(self) -> str: ...
+
+    @property
+    def version(self) -> str: ...
+
+    @property
+    def heartbeats(self) -> int:
+        """How many resources it heartbeats (0: it is no heartbeat)."""
+        ...
+
+    @property
+    def carries_ttl(self) -> bool:
+        """Whether it sends a client that reads TTLs a resource with one."""
+        ...
 
 
 class _TypeState(Protocol):

@@ -50,9 +50,6 @@ __all__ = ["Holding", "Holdings", "Plan", "blocked", "plan", "referenced", "warm
 _NOTHING: Mapping[str, Resource] = MappingProxyType({})
 
 
-_HOLDING_FIELDS = ("subscription", "held", "arriving", "surviving", "removing")
-
-
 @final
 class Holding(Record):
     """What one client wants and holds of one type, at one moment.
@@ -62,8 +59,16 @@ class Holding(Record):
     whole set (SotW full state), the names it carries (every other held name is going
     away); ``removing``: names the response in flight removes (Delta)."""
 
-    __slots__ = _HOLDING_FIELDS
-    _fields = _HOLDING_FIELDS
+    # record fields:
+    #     subscription: Subscription
+    #     held: Mapping[str, Resource] = _NOTHING
+    #     *
+    #     arriving: Collection[Resource] = ()
+    #     surviving: Container[str] | None = None
+    #     removing: Container[str] = frozenset()
+    # --- generated from the fields above by `make records`; do not edit ---
+    _fields = ("subscription", "held", "arriving", "surviving", "removing")
+    __slots__ = _fields
 
     def __init__(
         self,
@@ -79,6 +84,8 @@ class Holding(Record):
         self.arriving: Final = arriving
         self.surviving: Final = surviving
         self.removing: Final = removing
+
+    # --- end generated ---
 
     def surely(self, name: str) -> Resource | None:
         """The resource ``name`` if the client holds it and nothing in flight takes it away."""

@@ -7,6 +7,29 @@ about 2.5 us that way on the benchmark machine, a twentieth of a stream's initia
 set them afterwards) and names them in ``_fields``; it gets equality, hashing and a repr
 from them. Its ``evolve`` takes each field as a keyword, :data:`KEEP` by default (a copy
 costs 0.1 us).
+
+A record class writes each field once, in a block of comments under its docstring; ``make
+records`` (``tests/recordgen.py``) writes ``_fields``, ``__slots__``, ``__init__`` and, for
+``record fields, with evolve``, ``evolve`` from it between the markers that follow::
+
+    class Holding(Record):
+        '''What one client wants and holds of one type, at one moment.'''
+
+        # record fields:
+        #     subscription: Subscription
+        #     *
+        #     arriving: Collection[Resource] = ()
+        # --- generated from the fields above by `make records`; do not edit ---
+        ...
+        # --- end generated ---
+
+        def surely(self, name: str) -> Resource | None: ...
+
+To add a field, add its line ``name: type`` or ``name: type = default`` to the block, in
+``__init__``'s order (after the line ``*``, keyword-only; a default of ``{}`` gives each
+record a new empty dict), say what it means in the class docstring, and run ``make
+records``. Code between the markers is never edited by hand: ``tests/unit/test_recordgen.py``
+fails when it is not what the fields give.
 """
 
 from __future__ import annotations

@@ -34,8 +34,6 @@ Like Envoy:
 
 from __future__ import annotations
 
-import functools
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Final, final
 
@@ -43,6 +41,7 @@ import attrs
 from mypy_extensions import mypyc_attr
 
 from .._errors import GrpcStatus, LocalProtocolError
+from .._memos import CLIENT_LISTINGS, CLIENT_SOTW_RESPONSES, encoded_size, footprint
 from ..wire._names import canonical_names
 from ..wire._records import DiscoveryRequest, DiscoveryResponse, ErrorDetail, Node
 from ..wire._resource import Resource
@@ -56,25 +55,33 @@ Validator = Callable[[str, Sequence[Resource]], str | None]
 """Given a type URL and the resources of a response, an error message to NACK with."""
 
 
-_STATE_FIELDS = (
-    "subscription",
-    "version_info",
-    "nonce",
-    "resources",
-    "errors",
-    "last_error",
-    "acks",
-    "nacks",
-)
-
-
 @final
 class SotwClientTypeState(Record):
     """What the client watches and holds of one type; ``errors``: the server's
     ``resource_errors`` for watched names, by name."""
 
-    __slots__ = _STATE_FIELDS
-    _fields = _STATE_FIELDS
+    # record fields, with evolve:
+    #     *
+    #     subscription: Subscription
+    #     version_info: str = ""
+    #     nonce: str = ""
+    #     resources: Mapping[str, Resource] = {}
+    #     errors: Mapping[str, ErrorDetail] = {}
+    #     last_error: ErrorDetail | None = None
+    #     acks: int = 0
+    #     nacks: int = 0
+    # --- generated from the fields above by `make records`; do not edit ---
+    _fields = (
+        "subscription",
+        "version_info",
+        "nonce",
+        "resources",
+        "errors",
+        "last_error",
+        "acks",
+        "nacks",
+    )
+    __slots__ = _fields
 
     def __init__(
         self,
@@ -120,6 +127,8 @@ class SotwClientTypeState(Record):
             acks=self.acks if isinstance(acks, Keep) else acks,
             nacks=self.nacks if isinstance(nacks, Keep) else nacks,
         )
+
+    # --- end generated ---
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -295,13 +304,16 @@ class SotwClient:
         )
 
 
-@functools.lru_cache(maxsize=1024)
 def _listing(subscription: Subscription) -> tuple[str, ...]:
     """The ``resource_names`` that ask for ``subscription``, in a stable order."""
+    found = CLIENT_LISTINGS.get(subscription)
+    if found is not None:
+        return found
     names = sorted(subscription.names)
     if subscription.wildcard and not subscription.legacy:
         names.insert(0, WILDCARD)
-    return tuple(names)
+    listed = tuple(names)
+    return CLIENT_LISTINGS.put(subscription, listed, footprint(listed, subscription))
 
 
 @attrs.frozen
@@ -316,20 +328,13 @@ class _Indexed:
     """Whether any resource is only a name."""
 
 
-_INDEXED: OrderedDict[tuple[int, str], _Indexed] = OrderedDict()
-"""The last responses' indexes, by the identity of their resources tuple: clients given
-the same decoded resources (a fleet in one process, as the load generator runs) index them
-once. The dictionaries are shared, so nothing changes them in place."""
-_INDEXED_SIZE = 16
-
-
 def _index(response: DiscoveryResponse) -> _Indexed:
     """The response's resources by name, and why the response as a whole must be rejected."""
     resources = response.resources
     type_url = response.type_url
     key = (id(resources), type_url)
-    found = _INDEXED.get(key)
-    if found is not None and found.resources is resources:
+    found = CLIENT_SOTW_RESPONSES.get(key)
+    if isinstance(found, _Indexed) and found.resources is resources:
         return found
     names = [resource.name for resource in resources]
     by_name = dict(zip(names, resources, strict=True))
@@ -346,9 +351,9 @@ def _index(response: DiscoveryResponse) -> _Indexed:
         if strays:
             error = f"resource type {min(strays)} does not match response type {type_url}"
     name_only = any(resource.name_only for resource in resources)
-    found = _INDEXED[key] = _Indexed(resources, by_name, error, name_only)
-    if len(_INDEXED) > _INDEXED_SIZE:
-        _INDEXED.popitem(last=False)
+    found = _Indexed(resources, by_name, error, name_only)
+    size = footprint(found, skip=(Resource,)) + encoded_size(resources)
+    CLIENT_SOTW_RESPONSES.put(key, found, size)
     return found
 
 

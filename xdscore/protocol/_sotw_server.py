@@ -85,17 +85,6 @@ _NOTHING: Mapping[str, Resource] = MappingProxyType({})
 _NO_REASONS: Mapping[str, str] = MappingProxyType({})
 
 
-_RESPONSE_FIELDS = (
-    "type_url",
-    "version_info",
-    "nonce",
-    "selection",
-    "wrapped",
-    "heartbeat",
-    "errors",
-)
-
-
 @final
 class SotwResponse(Record):
     """A response to send: ``selection`` framed with this stream's version and nonce.
@@ -105,8 +94,18 @@ class SotwResponse(Record):
     the client's TTLs. ``errors``: ``resource_errors``, names asked for that are not sent,
     and why (for clients that read them)."""
 
-    __slots__ = _RESPONSE_FIELDS
-    _fields = _RESPONSE_FIELDS
+    # record fields:
+    #     *
+    #     type_url: str
+    #     version_info: str
+    #     nonce: str
+    #     selection: Selection
+    #     wrapped: bool = False
+    #     heartbeat: bool = False
+    #     errors: tuple[ResourceError, ...] = ()
+    # --- generated from the fields above by `make records`; do not edit ---
+    _fields = ("type_url", "version_info", "nonce", "selection", "wrapped", "heartbeat", "errors")
+    __slots__ = _fields
 
     def __init__(
         self,
@@ -127,21 +126,22 @@ class SotwResponse(Record):
         self.heartbeat: Final = heartbeat
         self.errors: Final = errors
 
+    # --- end generated ---
 
-_STATE_FIELDS = (
-    "subscription",
-    "phase",
-    "listed",
-    "held_version",
-    "held",
-    "rejected_version",
-    "last_error",
-    "latest_nonce",
-    "outstanding",
-    "owed",
-    "acks",
-    "nacks",
-)
+    @property
+    def version(self) -> str:
+        """The version this response carries (``version_info``)."""
+        return self.version_info
+
+    @property
+    def heartbeats(self) -> int:
+        """How many resources this response heartbeats (0: it is no heartbeat)."""
+        return len(self.selection) if self.heartbeat else 0
+
+    @property
+    def carries_ttl(self) -> bool:
+        """Whether a resource it sends has a TTL."""
+        return self.selection.shortest_ttl is not None
 
 
 @final
@@ -151,9 +151,36 @@ class SotwTypeState(Record):
     ``listed``: the ``resource_names`` of the last request, to skip re-reading an unchanged
     list (shared by every stream that sent the same list)."""
 
-    __slots__ = _STATE_FIELDS
-    _fields = _STATE_FIELDS
-    _unshown = frozenset({"listed"})
+    # record fields, with evolve:
+    #     *
+    #     subscription: Subscription
+    #     phase: Phase = Phase.REQUESTED
+    #     listed: RequestedNames = NO_NAMES
+    #     held_version: str | None = None
+    #     held: Selection | None = None
+    #     rejected_version: str | None = None
+    #     last_error: ErrorDetail | None = None
+    #     latest_nonce: str = ""
+    #     outstanding: SotwResponse | None = None
+    #     owed: bool = False
+    #     acks: int = 0
+    #     nacks: int = 0
+    # --- generated from the fields above by `make records`; do not edit ---
+    _fields = (
+        "subscription",
+        "phase",
+        "listed",
+        "held_version",
+        "held",
+        "rejected_version",
+        "last_error",
+        "latest_nonce",
+        "outstanding",
+        "owed",
+        "acks",
+        "nacks",
+    )
+    __slots__ = _fields
 
     def __init__(
         self,
@@ -183,11 +210,6 @@ class SotwTypeState(Record):
         self.owed: Final = owed
         self.acks: Final = acks
         self.nacks: Final = nacks
-
-    @property
-    def requested(self) -> tuple[str, ...]:
-        """The ``resource_names`` of the last request."""
-        return self.listed.names
 
     def evolve(
         self,
@@ -222,6 +244,15 @@ class SotwTypeState(Record):
             acks=self.acks if isinstance(acks, Keep) else acks,
             nacks=self.nacks if isinstance(nacks, Keep) else nacks,
         )
+
+    # --- end generated ---
+
+    _unshown = frozenset({"listed"})
+
+    @property
+    def requested(self) -> tuple[str, ...]:
+        """The ``resource_names`` of the last request."""
+        return self.listed.names
 
 
 _UNSEEN = SotwTypeState(subscription=NOTHING, phase=Phase.IDLE)
@@ -398,7 +429,7 @@ class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
         allowed = selection
         if denied.keys() & selection.resources.keys():
             kept = {n: r for n, r in selection.resources.items() if n not in denied}
-            allowed = Selection.of(type_url, kept, selection.subscription)
+            allowed = Selection.of(type_url, kept)
         self._authorized[type_url] = (selection, state.subscription, allowed, denied)
         return allowed, denied
 
@@ -409,12 +440,6 @@ class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
         selection, denied = self._select(type_url, state, view)
         if selection is None:
             return None
-        canonical = selection.subscription
-        if canonical is not None and canonical is not state.subscription:
-            # Share one subscription object with every stream that asks the same (the view's
-            # memo key), so later look-ups compare by identity instead of by content.
-            state = state.evolve(subscription=canonical)
-            self._types[type_url] = state
         errors = self._sotw_errors(state.subscription, selection, denied)
         if state.held is None and state.held_version == selection.version:
             state = state.evolve(held=selection)

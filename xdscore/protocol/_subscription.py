@@ -23,11 +23,12 @@ stream, which Envoy's VHDS watch matches although its request names nothing.
 
 from __future__ import annotations
 
-import weakref
+import sys
 from collections.abc import Iterable
 
 import attrs
 
+from .._memos import NAME_LISTS, SUBSCRIPTION_LISTS, SUBSCRIPTIONS, footprint
 from ..wire._names import collection_of, is_glob
 
 __all__ = ["EVERYTHING", "NOTHING", "NO_NAMES", "WILDCARD", "RequestedNames", "Subscription"]
@@ -146,34 +147,26 @@ class Subscription:
         return _shared(frozenset(names), wildcard=wildcard, legacy=legacy, implied=self.implied)
 
 
-_Key = tuple[frozenset[str], bool, bool, frozenset[str]]
-_LIVE: weakref.WeakValueDictionary[_Key, Subscription] = weakref.WeakValueDictionary()
-"""Every subscription some stream holds, by value: streams that ask the same share one
-object (its names and their strings, held once however many streams hold it), and equal
-subscriptions compare by identity first."""
-
-
 class _ListMemo:
     """The subscription a list of names asks for (not empty: that one depends on the
-    stream's past), by the list's identity: a fleet's requests share their lists (the
-    codec parses each once), so each is read into a set and looked up once, not once a
-    stream. Holds its lists, so an identity is never reused while remembered."""
+    stream's past), by the list's identity (:data:`xdscore._memos.SUBSCRIPTION_LISTS`): a
+    fleet's requests share their lists (the codec parses each once), so each is read into a
+    set and looked up once, not once a stream."""
 
-    SIZE = 64
+    @staticmethod
+    def get(names: Iterable[str]) -> Subscription | None:
+        found = SUBSCRIPTION_LISTS.get(id(names))
+        if found is None or found[0] is not names:
+            return None
+        subscription = found[1]
+        assert isinstance(subscription, Subscription)
+        return subscription
 
-    def __init__(self) -> None:
-        self._by_id: dict[int, tuple[Iterable[str], Subscription]] = {}
-
-    def get(self, names: Iterable[str]) -> Subscription | None:
-        found = self._by_id.get(id(names))
-        return found[1] if found is not None and found[0] is names else None
-
-    def put(self, names: Iterable[str], subscription: Subscription) -> None:
-        if not isinstance(names, tuple):
-            return  # (only an immutable list stays what it was)
-        if len(self._by_id) >= self.SIZE:
-            self._by_id.clear()
-        self._by_id[id(names)] = (names, subscription)
+    @staticmethod
+    def put(names: Iterable[str], subscription: Subscription) -> None:
+        if isinstance(names, tuple):  # (only an immutable list stays what it was)
+            size = footprint(names, subscription.names) + sys.getsizeof(subscription)
+            SUBSCRIPTION_LISTS.put(id(names), (names, subscription), size)
 
 
 _LISTS = _ListMemo()
@@ -183,9 +176,12 @@ def _shared(
     names: frozenset[str], *, wildcard: bool, legacy: bool, implied: frozenset[str] = frozenset()
 ) -> Subscription:
     key = (names, wildcard, legacy, implied)
-    found = _LIVE.get(key)
+    found = SUBSCRIPTIONS.get(key)
     if found is None:
-        found = _LIVE[key] = Subscription(names, wildcard=wildcard, legacy=legacy, implied=implied)
+        found = SUBSCRIPTIONS.put(
+            key, Subscription(names, wildcard=wildcard, legacy=legacy, implied=implied)
+        )
+    assert isinstance(found, Subscription)
     return found
 
 
@@ -208,14 +204,12 @@ class RequestedNames:
     @classmethod
     def of(cls, names: tuple[str, ...]) -> RequestedNames:
         """The one object for ``names``."""
-        found = _LISTED.get(names)
+        found = NAME_LISTS.get(names)
         if found is None:
-            found = _LISTED[names] = cls(names)
+            found = NAME_LISTS.put(names, cls(names))
+        assert isinstance(found, RequestedNames)
         return found
 
 
-_LISTED: weakref.WeakValueDictionary[tuple[str, ...], RequestedNames] = (
-    weakref.WeakValueDictionary()
-)
 NO_NAMES = RequestedNames.of(())
 """An empty list of names."""

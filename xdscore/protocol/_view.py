@@ -32,8 +32,6 @@ class Selection:
         eq=False, repr=lambda r: f"<{len(r)} resources>"
     )
     version: str = attrs.field()
-    subscription: Subscription | None = attrs.field(default=None, eq=False, repr=False)
-    """The subscription this selection answers, when a view selected it for one."""
 
     @version.default
     def _hash_contents(self) -> str:
@@ -43,15 +41,10 @@ class Selection:
         return digest.hexdigest()
 
     @classmethod
-    def of(
-        cls,
-        type_url: str,
-        resources: Mapping[str, Resource],
-        subscription: Subscription | None = None,
-    ) -> Selection:
+    def of(cls, type_url: str, resources: Mapping[str, Resource]) -> Selection:
         """A selection of ``resources`` (any order) of type ``type_url``."""
         ordered = {name: resources[name] for name in sorted(resources)}
-        return cls(type_url=type_url, resources=ordered, subscription=subscription)
+        return cls(type_url=type_url, resources=ordered)
 
     def __len__(self) -> int:
         return len(self.resources)

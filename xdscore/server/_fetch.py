@@ -17,7 +17,9 @@ Outcomes other than an answer, each a :class:`~xdscore.RemoteProtocolError`:
   keeps what it has; go-control-plane's ``Fetch`` returns its ``SkipFetchError``): the
   client's condition "only if changed" was false. Versions are content hashes of what the
   names select, so an equal version means the same resources;
-* the authorization hook denies the node: PERMISSION_DENIED; the server is stopping:
+* the authorization hook denies the node: PERMISSION_DENIED, counted as a stream refused
+  would be (``xdscore_refused_streams_total{reason="permission_denied"}``); the server is
+  stopping:
   UNAVAILABLE; a request that does not parse or breaks a rule of the first request:
   INVALID_ARGUMENT; one over a limit: RESOURCE_EXHAUSTED.
 
@@ -42,8 +44,10 @@ from ..wire._typeurls import type_info
 from ._authorization import PeerIdentity
 from ._callbacks import StreamInfo
 from ._catch_up import presents_unknown
-from ._driver import SOTW, call_back, checked, describe, resource_policy
+from ._codecs import SOTW, checked
 from ._metrics import type_label
+from ._observer import call_back, describe
+from ._session import resource_policy
 
 if TYPE_CHECKING:
     from ._server import XdsServer
@@ -129,6 +133,7 @@ async def _answer(server: XdsServer, data: bytes, info: StreamInfo) -> tuple[byt
     if server.authorize is not None:
         reason = server.authorize(info, node)
         if reason is not None:
+            server.observer.refused("permission_denied")
             raise RemoteProtocolError(reason, GrpcStatus.PERMISSION_DENIED)
     call_back(server.callbacks.on_request, info, request)
     view = server.cache.view(node)

@@ -4,14 +4,14 @@ A client that supports TTLs drops a resource whose TTL lapses without news of it
 a resource is unchanged the runtime sends heartbeats: every ``fraction`` of the shortest TTL
 the client holds (a third by default, so one lost or late heartbeat costs nothing). The
 machine says what the shortest TTL is and builds the heartbeat
-(:meth:`~xdscore.protocol.SotwServer.heartbeat`); this schedule only keeps the time, with the
-runtime's clock, and the server-wide set of resources whose heartbeats were stopped
+(:meth:`~xdscore.protocol.SotwServer.heartbeat`); this schedule only keeps the time, given
+the runtime's clock readings, and the server-wide set of resources whose heartbeats were stopped
 (:meth:`~xdscore.XdsServer.stop_heartbeats`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 
 __all__ = ["DEFAULT_HEARTBEAT_FRACTION", "HeartbeatSchedule"]
 
@@ -20,56 +20,46 @@ DEFAULT_HEARTBEAT_FRACTION = 1 / 3
 
 
 class HeartbeatSchedule:
-    """One stream's next heartbeat time, by ``clock`` (monotonic seconds).
+    """One stream's next heartbeat time, in the runtime's monotonic seconds (``now``).
 
     ``fraction`` of the shortest TTL separates two heartbeats; 0 turns them off. ``quiet``
     is the live set of ``(type_url, name)`` not to heartbeat.
     """
 
-    __slots__ = ("_at", "_clock", "_fraction", "quiet")
+    __slots__ = ("_fraction", "at", "quiet")
 
-    def __init__(
-        self,
-        fraction: float,
-        quiet: Collection[tuple[str, str]],
-        clock: Callable[[], float],
-    ) -> None:
+    def __init__(self, fraction: float, quiet: Collection[tuple[str, str]]) -> None:
         self._fraction = fraction
         self.quiet = quiet
-        self._clock = clock
-        self._at: float | None = None
+        self.at: float | None = None
+        """When the next heartbeat is due (``None``: none is planned)."""
 
     @property
     def enabled(self) -> bool:
         return self._fraction > 0
 
-    def held(self, shortest_ttl: float | None) -> None:
+    def held(self, shortest_ttl: float | None, now: float) -> None:
         """The client now holds ``shortest_ttl`` as its shortest TTL (after a send): the next
         heartbeat is due within that fraction of it (an earlier one stays)."""
         if shortest_ttl is None or not self.enabled:
-            self._at = None
+            self.at = None
             return
-        due = self._clock() + shortest_ttl * self._fraction
-        if self._at is None or due < self._at:
-            self._at = due
+        due = now + shortest_ttl * self._fraction
+        if self.at is None or due < self.at:
+            self.at = due
 
-    def beaten(self, shortest_ttl: float | None) -> None:
+    def beaten(self, shortest_ttl: float | None, now: float) -> None:
         """Heartbeats went out (or were due) and the client now holds ``shortest_ttl`` as its
         shortest TTL: the next are one interval away (none if nothing it holds expires)."""
-        self._at = None
-        self.held(shortest_ttl)
+        self.at = None
+        self.held(shortest_ttl, now)
 
-    @property
-    def at(self) -> float | None:
-        """When the next heartbeat is due (``None``: none is planned)."""
-        return self._at
-
-    def due(self) -> bool:
+    def due(self, now: float) -> bool:
         """Whether the next heartbeat's time has come."""
-        return self._at is not None and self._clock() >= self._at
+        return self.at is not None and now >= self.at
 
-    def wait(self) -> float | None:
+    def wait(self, now: float) -> float | None:
         """Seconds until the next heartbeat (``None``: none is planned)."""
-        if self._at is None:
+        if self.at is None:
             return None
-        return max(0.0, self._at - self._clock())
+        return max(0.0, self.at - now)

@@ -28,6 +28,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.samples import Sample
 
+from .._memos import usage
 from ..wire._typeurls import all_types
 
 __all__ = ["BUCKETS", "Distribution", "Family", "Metrics", "Value", "type_label"]
@@ -165,6 +166,33 @@ class _Collector:
             yield family.family(samples=False)
 
 
+class _Memos:
+    """The process's memos (``xdscore._memos``), read when ``/metrics`` is."""
+
+    def collect(self) -> Iterator[Metric]:
+        used = GaugeMetricFamily(
+            "xdscore_memo_bytes",
+            "Bytes a process-wide memo holds, counted from what its entries hold.",
+            labels=["memo"],
+        )
+        entries = GaugeMetricFamily(
+            "xdscore_memo_entries", "Entries a process-wide memo holds.", labels=["memo"]
+        )
+        limit = GaugeMetricFamily(
+            "xdscore_memo_limit_bytes",
+            "The most bytes a process-wide memo may hold (0: it holds nothing of its own).",
+            labels=["memo"],
+        )
+        for memo in usage():
+            used.add_metric([memo.name], memo.bytes)
+            entries.add_metric([memo.name], memo.entries)
+            limit.add_metric([memo.name], memo.limit)
+        yield from (used, entries, limit)
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())
+
+
 class _ByType(Generic[_Series]):
     """One metric's series by type URL, bound on first use."""
 
@@ -227,7 +255,9 @@ class Metrics:
             ["protocol", "mode"],
         )
         self.refused_streams = counter(
-            "xdscore_refused_streams", "Streams refused, by reason.", ["reason"]
+            "xdscore_refused_streams",
+            "Streams (and unary fetches, when the authorizer denies them) refused, by reason.",
+            ["reason"],
         )
         rebalanced = counter(
             "xdscore_rebalanced_streams",
@@ -276,6 +306,7 @@ class Metrics:
                 ]
             )
         )
+        self.registry.register(_Memos())
         self.heartbeats = _ByType(heartbeats)
         self.heartbeat_resources = _ByType(beaten)
         self.push_seconds = _ByType(push)

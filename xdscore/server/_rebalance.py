@@ -27,12 +27,13 @@ import random
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 import anyio
 import attrs
 
 from .._errors import StreamClosed
+from ._stream import ByteStream
 
 __all__ = ["REBALANCE_MESSAGE", "Rebalancing", "Recycler"]
 
@@ -162,7 +163,7 @@ class Recycler:
         self._changed.set()
         self._changed = anyio.Event()
 
-    async def run(self, driver: _Finishing, opened_at: float, stream: Any) -> bool:
+    async def run(self, driver: _Finishing, opened_at: float, stream: ByteStream) -> bool:
         """Run ``driver`` until its stream ends; end it at its turn once its deadline passed
         (then say goodbye on ``stream``, see :func:`say_goodbye`).
 
@@ -199,11 +200,8 @@ class Recycler:
         driver.finish(now=True)
 
 
-async def say_goodbye(stream: Any) -> None:
-    """End ``stream`` with OK and :data:`REBALANCE_MESSAGE`, where its transport can (a
-    byte stream's optional ``end(message)``); the peer having gone already is fine."""
-    end = getattr(stream, "end", None)
-    if end is None:
-        return
+async def say_goodbye(stream: ByteStream) -> None:
+    """End ``stream`` with OK and :data:`REBALANCE_MESSAGE` (see ``ByteStream.end``); the
+    peer having gone already is fine."""
     with contextlib.suppress(StreamClosed):
-        await end(REBALANCE_MESSAGE)
+        await stream.end(REBALANCE_MESSAGE)

@@ -1,10 +1,10 @@
 """The server runtime: a registry of the streams being served, each run by the driver.
 
 A transport calls :meth:`XdsServer.run_stream` with one gRPC stream as bytes; the server
-refuses it if it is closing or full, creates the stream's state machine and its
-:class:`StreamInfo`, and hands both to the :class:`~xdscore.server.ServerDriver`, which
-moves requests in and responses out until the stream ends. The runtime holds no protocol
-rule. It keeps the registry that status pages, CSDS and the metrics read.
+refuses it if it is closing or full, creates the stream's state machine, its session (the
+runtime's rules for the stream) and its :class:`StreamInfo`, and hands them to the
+:class:`~xdscore.server.ServerDriver`, which moves requests in and responses out until the
+stream ends. It keeps the registry that status pages, CSDS and the metrics read.
 """
 
 from __future__ import annotations
@@ -37,18 +37,24 @@ from ._admission import (
     TokenBucket,
     refusal,
 )
-from ._authorization import Authorizer, PeerIdentity, ResourceAuthorizer
+from ._authorization import Authorizer, OperatorCheck, PeerIdentity, ResourceAuthorizer
 from ._callbacks import ServerCallbacks, StreamInfo
 from ._catch_up import DEFAULT_CATCH_UP_TIMEOUT, CatchUp
+from ._codecs import DELTA, SOTW
 from ._csds import ClientStatus
-from ._driver import DELTA, SOTW, ByteStream, ServerDriver, call_back, describe
+from ._driver import ServerDriver
 from ._fetch import fetch
 from ._heartbeat import DEFAULT_HEARTBEAT_FRACTION
 from ._metrics import Metrics
+from ._observer import Observer, describe
 from ._pacer import Pacer, Pacing
 from ._rebalance import Rebalancing, Recycler
+from ._session import StreamSession
+from ._settings import StreamSettings
 from ._status import StreamStatus, TypeRecord, stream_status
+from ._stream import ByteStream
 from ._tasks import StreamStop
+from ._trim import Trimmer
 
 __all__ = ["ActiveStream", "XdsServer"]
 
@@ -56,7 +62,8 @@ log = logging.getLogger("xdscore.server")
 
 
 class ActiveStream:
-    """A stream being served: its :class:`StreamInfo`, state machine and sync records."""
+    """A stream being served: its :class:`StreamInfo`, state machine, sync records, the
+    stop that ends it, and its driver."""
 
     __slots__ = ("driver", "info", "machine", "records", "stop")
 
@@ -66,7 +73,7 @@ class ActiveStream:
         machine: SotwServer | DeltaServer,
         records: dict[str, TypeRecord],
         stop: StreamStop,
-        driver: ServerDriver[Any, Any] | None = None,
+        driver: ServerDriver[Any, Any],
     ) -> None:
         self.info = info
         self.machine = machine
@@ -108,6 +115,9 @@ class XdsServer:
     ``authorize_resource`` decides, per stream and resource, what a client may have (see
     :data:`~xdscore.server.ResourceAuthorizer`): a denied resource is withheld, and reported
     in ``resource_errors`` to clients that read them.
+    ``operators`` says which client identities may read every node's status over CSDS (see
+    :class:`~xdscore.server.SpiffeOperators`); any other client with a certificate is told
+    about its own node only (see :mod:`xdscore.server._csds`).
     """
 
     def __init__(
@@ -129,6 +139,7 @@ class XdsServer:
         assumed_features: Mapping[str, Collection[str]] | None = None,
         heartbeat_fraction: float = DEFAULT_HEARTBEAT_FRACTION,
         authorize_resource: ResourceAuthorizer | None = None,
+        operators: OperatorCheck | None = None,
     ) -> None:
         if not 0 <= heartbeat_fraction < 1:
             raise ValueError(f"heartbeat_fraction must be in [0, 1), not {heartbeat_fraction}")
@@ -138,6 +149,7 @@ class XdsServer:
         )
         self.heartbeat_fraction = heartbeat_fraction
         self.authorize_resource = authorize_resource
+        self.operators = operators
         self._quiet: set[tuple[str, str]] = set()
         self.replica_id = secrets.token_hex(4) if replica_id is None else replica_id
         self.catch_up = catch_up
@@ -161,6 +173,8 @@ class XdsServer:
         self.ordered_ads = ordered_ads
         self.authorize = authorize
         self.metrics: Metrics | None = Metrics() if metrics is None else (metrics or None)
+        self.observer = Observer(self.callbacks, self.metrics)
+        """Turns what streams do into metrics, log lines and callbacks."""
         self._slots = PushSlots(
             bounds.push_concurrency,
             on_deferred=None if self.metrics is None else self.metrics.wakes_deferred.inc,
@@ -175,15 +189,33 @@ class XdsServer:
             if self.rebalancing.enabled
             else None
         )
+        self._trimmer = Trimmer()
         self._closed = False
         self.serving = False
         """Set by the transport while it listens."""
-        observe = getattr(cache, "on_update", None)
-        if observe is not None:
-            observe(self.pacer.changed)
-            if self.metrics is not None:
-                updates = self.metrics.cache_updates
-                observe(lambda type_url: updates(type_url).inc())
+        cache.on_update(self.pacer.changed)
+        if self.metrics is not None:
+            updates = self.metrics.cache_updates
+            cache.on_update(lambda type_url: updates(type_url).inc())
+        self._settings = StreamSettings(
+            cache=cache,
+            observer=self.observer,
+            slots=self._slots,
+            pacer=self.pacer,
+            max_request_bytes=self.limits.max_request_bytes,
+            max_names=self.limits.max_names_per_request,
+            control_plane_id=control_plane_id,
+            first_request_timeout=bounds.first_request_timeout,
+            assumed_features=self.assumed_features,
+            heartbeat_fraction=heartbeat_fraction,
+            quiet_heartbeats=self._quiet,
+            authorize=authorize,
+            authorize_resource=authorize_resource,
+            catch_up=catch_up,
+            catch_up_timeout=catch_up_timeout,
+            admit=self._admit_first,
+            synced=self._synced,
+        )
 
     def streams(self) -> Iterator[ActiveStream]:
         """The streams being served now."""
@@ -192,11 +224,10 @@ class XdsServer:
     def status(self) -> list[StreamStatus]:
         """Every stream's sync status now, oldest stream first (reads; never waits)."""
         out = []
-        scope_of = getattr(self.cache, "scope_of", None)
         for stream in self.streams():
             node = stream.info.node
             view = self.cache.view(node) if node is not None else None
-            scope = scope_of(node) if scope_of is not None and node is not None else None
+            scope = self.cache.scope_of(node) if node is not None else None
             out.append(
                 stream_status(stream.info, stream.machine, stream.records, view, scope=scope)
             )
@@ -215,12 +246,11 @@ class XdsServer:
         canonical = [canonical_name(name) for name in names]
         self._quiet.difference_update((type_url, name) for name in canonical)
         for stream in self.streams():
-            if stream.driver is not None:
-                stream.driver.refresh(type_url, canonical)
+            stream.driver.refresh(type_url, canonical)
 
     def ready(self) -> bool:
         """Whether a transport listens and the cache has something to serve."""
-        return self.serving and not self._closed and bool(getattr(self.cache, "ready", True))
+        return self.serving and not self._closed and self.cache.ready
 
     @property
     def closed(self) -> bool:
@@ -269,8 +299,9 @@ class XdsServer:
             lambda: f"{self.replica_id}-{stream_id}.{next(counter)}",
             type_url,
         )
+        session = driver.session
         stop = StreamStop()
-        self._streams[stream_id] = ActiveStream(info, machine, driver.records, stop, driver)
+        self._streams[stream_id] = ActiveStream(info, machine, session.records, stop, driver)
         gauge = None
         if self.metrics is not None:
             mode = "ads" if type_url is None else "per_type"
@@ -279,7 +310,7 @@ class XdsServer:
         error: Exception | None = None
         recycled = False
         try:
-            call_back(self.callbacks.on_stream_open, info)
+            self.observer.opened(info)
             if self._recycler is None:
                 await driver.run()
             else:
@@ -293,10 +324,11 @@ class XdsServer:
         finally:
             stop.done()
             self._streams.pop(stream_id, None)
-            if driver.admitted and not driver.synced:
+            if session.admitted and not session.synced:
                 self._syncing -= 1
             if gauge is not None:
                 gauge.dec()
+            self._trimmer.stream_ended()
             _log_close(info, error, stop.called, recycled)
             try:
                 self.callbacks.on_stream_close(info, error)
@@ -401,8 +433,7 @@ class XdsServer:
             self.metrics.rebalanced_streams.inc()
 
     def _refuse(self, reason: str) -> None:
-        if self.metrics is not None:
-            self.metrics.refused_streams.labels(reason).inc()
+        self.observer.refused(reason)
         log.info("stream refused: %s", reason)
 
     def _driver(
@@ -413,43 +444,24 @@ class XdsServer:
         nonce_source: Callable[[], str],
         type_url: str | None,
     ) -> tuple[SotwServer | DeltaServer, ServerDriver[Any, Any]]:
-        if protocol == "sotw":
-            sotw = SotwServer(
-                nonce_source=nonce_source,
-                type_url=type_url,
-                limits=self.limits,
-                ordered=self.ordered_ads,
-            )
-            return sotw, ServerDriver(sotw, SOTW, stream, **self._driver_options(info))
-        delta = DeltaServer(
+        machine_type = SotwServer if protocol == "sotw" else DeltaServer
+        machine = machine_type(
             nonce_source=nonce_source,
             type_url=type_url,
             limits=self.limits,
             ordered=self.ordered_ads,
         )
-        return delta, ServerDriver(delta, DELTA, stream, **self._driver_options(info))
-
-    def _driver_options(self, info: StreamInfo) -> dict[str, Any]:
-        return {
-            "cache": self.cache,
-            "info": info,
-            "callbacks": self.callbacks,
-            "max_request_bytes": self.limits.max_request_bytes,
-            "control_plane_id": self.control_plane_id,
-            "metrics": self.metrics,
-            "authorize": self.authorize,
-            "slots": self._slots,
-            "first_request_timeout": self.server_limits.first_request_timeout,
-            "on_synced": self._synced,
-            "on_first": self._admit_first,
-            "pacer": self.pacer,
-            "catch_up": self.catch_up,
-            "catch_up_timeout": self.catch_up_timeout,
-            "assumed_features": self.assumed_features,
-            "heartbeat_fraction": self.heartbeat_fraction,
-            "quiet_heartbeats": self._quiet,
-            "authorize_resource": self.authorize_resource,
-        }
+        settings = self._settings
+        session: StreamSession[Any, Any] = StreamSession(
+            machine,
+            info,
+            assumed_features=settings.assumed_features,
+            heartbeat_fraction=settings.heartbeat_fraction,
+            quiet=settings.quiet_heartbeats,
+            authorize_resource=settings.authorize_resource,
+        )
+        codec: Any = SOTW if protocol == "sotw" else DELTA
+        return machine, ServerDriver(session, codec, stream, settings)
 
 
 def _log_close(

@@ -89,8 +89,11 @@ async def _finish(reading: asyncio.Task[None], task: asyncio.Task[object]) -> No
     except asyncio.CancelledError:
         if task.cancelling():
             raise
-    except BaseException:
-        pass  # (its error is the task's: read by the caller)
+    except BaseException as error:
+        # Its error is the task's, read by the caller. Raised here, its traceback holds this
+        # frame, which holds the task that holds the error: a cycle, keeping the stream's
+        # whole state until a full collection, but for this.
+        forget_frames(error)
 
 
 def _raise_first(errors: list[BaseException]) -> None:
@@ -149,24 +152,27 @@ def forget_frames(error: BaseException) -> None:
 class Deadline:
     """Cancels the current task ``seconds`` from now unless :meth:`clear` comes first;
     :meth:`passed` tells, of a cancellation caught, whether it was this one's (and then
-    takes it back)."""
+    takes it back). Cleared, it lets go of the task (an error raised past the frame that
+    holds the deadline keeps that frame: not the task too)."""
 
     def __init__(self, seconds: float) -> None:
         task = asyncio.current_task()
         assert task is not None
-        self._task = task
+        self._task: asyncio.Task[object] | None = task
         self._fired = False
         self._timer = task.get_loop().call_later(seconds, self._fire)
 
     def _fire(self) -> None:
         self._fired = True
-        self._task.cancel()
+        if self._task is not None:
+            self._task.cancel()
 
     def clear(self) -> None:
         self._timer.cancel()
+        self._task = None
 
     def passed(self) -> bool:
-        return self._fired and self._task.uncancel() == 0
+        return self._fired and self._task is not None and self._task.uncancel() == 0
 
 
 class StreamStop:

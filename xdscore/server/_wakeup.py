@@ -1,10 +1,9 @@
-"""A level-triggered wake-up flag that synchronous code can raise."""
+"""A level-triggered wake-up flag that synchronous code can raise, on asyncio."""
 
 from __future__ import annotations
 
 import asyncio
-
-import anyio
+import time
 
 __all__ = ["Wakeup"]
 
@@ -12,17 +11,16 @@ __all__ = ["Wakeup"]
 class Wakeup:
     """Raised by :meth:`set` (from any code on the event loop), consumed by :meth:`wait`.
 
-    Any number of :meth:`set` calls between two waits collapse into one wake-up. On asyncio
-    a wait is one future (every stream waits on one after each round, and an anyio event
-    costs several times that); on another backend, an anyio event. Either is cancelled as
-    anything else in an anyio cancel scope is.
+    Any number of :meth:`set` calls between two waits collapse into one wake-up. A wait is
+    one future (every stream waits on one after each round, and an anyio event costs
+    several times that); it is cancelled as any other await is.
     """
 
     __slots__ = ("_raised", "_waiter")
 
     def __init__(self, *, raised: bool = False) -> None:
         self._raised = raised
-        self._waiter: asyncio.Future[None] | anyio.Event | None = None
+        self._waiter: asyncio.Future[None] | None = None
 
     @property
     def raised(self) -> bool:
@@ -33,35 +31,30 @@ class Wakeup:
         """Raise the flag; never blocks."""
         self._raised = True
         waiter = self._waiter
-        if waiter is None:
-            return
-        self._waiter = None
-        if isinstance(waiter, asyncio.Future):
+        if waiter is not None:
+            self._waiter = None
             if not waiter.done():
                 waiter.set_result(None)
-        else:
-            waiter.set()
 
-    async def wait(self) -> None:
-        """Return once the flag is raised, lowering it."""
-        while not self._raised:
-            loop = _asyncio_loop()
-            if loop is not None:
-                future = self._waiter = loop.create_future()
-                try:
-                    await future
-                finally:
-                    if self._waiter is future:
-                        self._waiter = None
-            else:
-                event = self._waiter = anyio.Event()
-                await event.wait()
+    async def wait(self, until: float | None = None) -> None:
+        """Return once the flag is raised, lowering it; or at ``until`` (a
+        ``time.monotonic()`` time), if given, leaving it as it is."""
+        if not self._raised:
+            loop = asyncio.get_running_loop()
+            future = self._waiter = loop.create_future()
+            timer = None
+            if until is not None:
+                timer = loop.call_later(max(0.0, until - time.monotonic()), _expire, future)
+            try:
+                await future
+            finally:
+                if timer is not None:
+                    timer.cancel()
+                if self._waiter is future:
+                    self._waiter = None
         self._raised = False
 
 
-def _asyncio_loop() -> asyncio.AbstractEventLoop | None:
-    """The running asyncio loop (``None`` on another backend)."""
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
+def _expire(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

@@ -15,6 +15,7 @@ import attrs
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from .._errors import StreamClosed
+from ..server._stream import ByteStream
 
 __all__ = ["MemoryByteStream", "byte_stream_pair"]
 
@@ -25,7 +26,7 @@ class _Link:
     gone: anyio.Event = attrs.Factory(anyio.Event)
 
 
-class MemoryByteStream:
+class MemoryByteStream(ByteStream):
     """One end of an in-memory stream; see :func:`byte_stream_pair`."""
 
     def __init__(

@@ -36,7 +36,7 @@ from ..protocol._machine import Deny
 from ..protocol._sotw_client import SotwClient, Validator
 from ..protocol._sotw_server import SotwResponse, SotwServer
 from ..protocol._view import ResourceView
-from ..server._driver import DELTA, SOTW
+from ..server._codecs import DELTA, SOTW
 from ..wire import _client_codec as client_codec
 from ..wire import _codec as codec
 from ..wire._records import (

@@ -6,13 +6,13 @@ the server.
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 from envoy.service.discovery.v3 import discovery_pb2
 from google.protobuf.message import DecodeError
 
 from .._errors import RemoteProtocolError
+from .._memos import CLIENT_NAME_FIELDS, footprint
 from ._framing import bytes_field, string_field, varint
 from ._node import encode_node
 from ._reader import WireError, name_field
@@ -52,11 +52,15 @@ def encode_request(request: DiscoveryRequest) -> bytes:
     )
 
 
-@functools.lru_cache(maxsize=256)
 def _names_field(names: tuple[str, ...], number: int = 3) -> bytes:
     """A list of names as the repeated field ``number``, an empty name included, as repeated
     fields are."""
-    return b"".join([bytes_field(number, name.encode()) for name in names])
+    key = (number, names)
+    found = CLIENT_NAME_FIELDS.get(key)
+    if found is not None:
+        return found
+    field = b"".join([bytes_field(number, name.encode()) for name in names])
+    return CLIENT_NAME_FIELDS.put(key, field, footprint(names, field))
 
 
 def _node_bytes(node: Node) -> bytes:

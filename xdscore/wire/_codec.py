@@ -8,18 +8,18 @@ per-request path.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from typing import Generic, ParamSpec, TypeVar
+from typing import Generic, ParamSpec, TypeVar, cast
 
 import attrs
 from envoy.service.discovery.v3 import discovery_pb2
 from google.protobuf.message import DecodeError
 
-from .._errors import GrpcStatus, RemoteProtocolError
+from .._errors import GrpcStatus, RemoteProtocolError, too_many_names
+from .._memos import DELTA_ENTRIES, DELTA_REQUESTS, SOTW_REQUESTS, Memo, footprint
 from ._framing import bytes_field, string_field, varint
 from ._node import decode_node, read_node, same_node_bytes
-from ._reader import leading_field
+from ._reader import WireError, count_field, leading_field
 from ._records import (
     DeltaDiscoveryRequest,
     DiscoveryRequest,
@@ -113,10 +113,8 @@ def _cut(data: bytes, node_field: int, nonce_field: int) -> tuple[bytes, bytes |
 
 _Record = TypeVar("_Record", DiscoveryRequest, DeltaDiscoveryRequest)
 
-SHARED_REQUESTS = 256
-"""Requests remembered by their bytes less the node and the nonce, for each protocol."""
 SHARED_REQUEST_BYTES = 32 * 1024
-"""Longer requests (less the node and the nonce) are not remembered: 8 MiB at most."""
+"""Longer requests (less the node and the nonce) are not remembered."""
 
 
 class _Decoder(Generic[_Request, _Record]):
@@ -124,7 +122,8 @@ class _Decoder(Generic[_Request, _Record]):
     same bytes but for their nodes and nonces (every Envoy of one configuration asks for the
     same clusters, then the same endpoints, and ACKs each version with those same names).
 
-    A request is remembered without its node and nonce, by its bytes less those two."""
+    A request is remembered without its node and nonce, by its bytes less those two, in
+    ``memo`` (see :mod:`xdscore._memos`)."""
 
     def __init__(
         self,
@@ -133,23 +132,31 @@ class _Decoder(Generic[_Request, _Record]):
         record: Callable[[_Request, Node | None], _Record],
         node_field: int,
         nonce_field: int,
+        memo: Memo[bytes, object],
+        lists: tuple[tuple[int, str], ...],
     ) -> None:
         self._message = message
         self._what = message.DESCRIPTOR.name
         self._record: Callable[[_Request, Node | None], _Record] = record
         self._node_field = node_field
         self._nonce_field = nonce_field
-        self._records: dict[bytes, _Record] = {}
+        self._records = memo
+        self._lists = lists
+        """The (field number, name) of the request's lists of names."""
         self._fields = tuple(
             f.name for f in attrs.fields(kind) if f.name not in ("node", "response_nonce")
         )
 
-    def decode(self, data: bytes, known: Node | None) -> _Record:
-        """The request ``data`` (``known``: the stream's node, see :func:`_read`)."""
+    def decode(self, data: bytes, known: Node | None, max_names: int) -> _Record:
+        """The request ``data`` (``known``: the stream's node, see :func:`_read`); a list of
+        more than ``max_names`` names (0: any number) is refused before anything is built
+        of it."""
+        if max_names and len(data) > 2 * max_names:  # (a name takes two bytes at least)
+            self._count_names(data, max_names)
         cut = _cut(data, self._node_field, self._nonce_field)
         if cut is not None:
             key, node, nonce = cut
-            record = self._records.get(key)
+            record = cast("_Record | None", self._records.get(key))
             if record is None:
                 message = _parse(self._message, key, self._what)
                 if not message.HasField("node") and not message.response_nonce:
@@ -162,13 +169,20 @@ class _Decoder(Generic[_Request, _Record]):
         message, found = _read(self._message, data, self._node_field, known)
         return self._record(message, found)
 
+    def _count_names(self, data: bytes, limit: int) -> None:
+        for number, what in self._lists:
+            try:
+                count = count_field(data, number)
+            except WireError as exc:
+                raise RemoteProtocolError(
+                    f"malformed {self._what}: {exc}", GrpcStatus.INVALID_ARGUMENT
+                ) from None
+            if count > limit:
+                raise too_many_names(what, count, limit)
+
     def _keep(self, key: bytes, record: _Record) -> None:
-        if len(key) > SHARED_REQUEST_BYTES:
-            return
-        records = self._records
-        if len(records) >= SHARED_REQUESTS:
-            del records[next(iter(records))]
-        records[key] = record
+        if len(key) <= SHARED_REQUEST_BYTES:
+            self._records.put(key, record, footprint(key, record))
 
     def _completed(self, record: _Record, node: Node | None, nonce: str) -> _Record:
         """``record`` with ``node`` and ``nonce``, copied field by field (the constructor
@@ -208,20 +222,44 @@ def _delta_record(
     )
 
 
-_sotw = _Decoder(discovery_pb2.DiscoveryRequest, DiscoveryRequest, _sotw_record, 2, 5)
-_delta = _Decoder(discovery_pb2.DeltaDiscoveryRequest, DeltaDiscoveryRequest, _delta_record, 1, 6)
+_sotw = _Decoder(
+    discovery_pb2.DiscoveryRequest,
+    DiscoveryRequest,
+    _sotw_record,
+    2,
+    5,
+    SOTW_REQUESTS,
+    ((3, "resource_names"),),
+)
+_delta = _Decoder(
+    discovery_pb2.DeltaDiscoveryRequest,
+    DeltaDiscoveryRequest,
+    _delta_record,
+    1,
+    6,
+    DELTA_REQUESTS,
+    (
+        (3, "resource_names_subscribe"),
+        (4, "resource_names_unsubscribe"),
+        (5, "initial_resource_versions"),
+    ),
+)
 
 
-def decode_request(data: bytes, known: Node | None = None) -> DiscoveryRequest:
+def decode_request(data: bytes, known: Node | None = None, max_names: int = 0) -> DiscoveryRequest:
     """Decode a serialised ``DiscoveryRequest``; malformed input is a remote error.
-    ``known``: the stream's node, taken as it is when the request repeats its bytes."""
-    return _sotw.decode(data, known)
+    ``known``: the stream's node, taken as it is when the request repeats its bytes;
+    ``max_names``: the most names a list may hold (RESOURCE_EXHAUSTED past it; 0: any)."""
+    return _sotw.decode(data, known, max_names)
 
 
-def decode_delta_request(data: bytes, known: Node | None = None) -> DeltaDiscoveryRequest:
+def decode_delta_request(
+    data: bytes, known: Node | None = None, max_names: int = 0
+) -> DeltaDiscoveryRequest:
     """Decode a serialised ``DeltaDiscoveryRequest``; malformed input is a remote error.
-    ``known``: the stream's node, taken as it is when the request repeats its bytes."""
-    return _delta.decode(data, known)
+    ``known``: the stream's node, taken as it is when the request repeats its bytes;
+    ``max_names``: the most names a list may hold (RESOURCE_EXHAUSTED past it; 0: any)."""
+    return _delta.decode(data, known, max_names)
 
 
 def _control_plane(identifier: str, number: int) -> bytes:
@@ -289,11 +327,6 @@ def delta_response_parts(
     )
 
 
-_ENTRIES: OrderedDict[tuple[int, bool, bool], tuple[tuple[Resource, ...], bytes]] = OrderedDict()
-"""The joined entries of the last large Delta responses, by the identity of their resources
-tuple: streams in the same state are answered with the same tuple (the machines share that
-work), and each would otherwise build and join the same list of entries."""
-_ENTRIES_SIZE = 16
 _SHARED_ENTRIES = 16
 """Responses with at least this many resources have their entries joined once and shared."""
 
@@ -303,14 +336,23 @@ def _delta_entries(
 ) -> list[bytes] | tuple[bytes]:
     """The encoded entries of ``resources``: a list, or one shared buffer of them all."""
     if isinstance(resources, tuple) and len(resources) >= _SHARED_ENTRIES:
+        # Streams in the same state are answered with the same tuple (the machines share
+        # that work), and each would otherwise build and join the same entries.
         key = (id(resources), ttl, heartbeat)
-        found = _ENTRIES.get(key)
+        found = DELTA_ENTRIES.get(key)
         if found is None or found[0] is not resources:
-            found = _ENTRIES[key] = (resources, b"".join(_entries(resources, ttl, heartbeat)))
-            if len(_ENTRIES) > _ENTRIES_SIZE:
-                _ENTRIES.popitem(last=False)
+            joined = b"".join(_entries(resources, ttl, heartbeat))
+            # The memo holds the tuple, and so its resources: counted as their encodings.
+            size = footprint(resources, joined, skip=(Resource,)) + sum(
+                map(_encoded_size, resources)
+            )
+            found = DELTA_ENTRIES.put(key, (resources, joined), size)
         return (found[1],)
     return _entries(resources, ttl, heartbeat)
+
+
+def _encoded_size(resource: Resource) -> int:
+    return len(resource.sotw_entry) + len(resource.delta_entry)
 
 
 def _entries(resources: Iterable[Resource], ttl: bool, heartbeat: bool) -> list[bytes]:

@@ -131,6 +131,27 @@ def redacted(resource: Resource) -> Resource:
     )
 
 
+def holds_private_parts(resource: Resource) -> bool:
+    """Whether ``resource`` is a secret with private parts: a private key, a password, a
+    shared secret (what :func:`resource_json` redacts)."""
+    if resource.type_url != SECRET:
+        return False
+    import_all_protos()
+    message = decode_resource(SECRET, resource.body)
+    return _private(json_format.MessageToDict(message, preserving_proto_field_name=True))
+
+
+def _private(document: Any) -> bool:
+    if isinstance(document, dict):
+        return any(
+            (key in _SECRET_FIELDS and bool(value)) or _private(value)
+            for key, value in document.items()
+        )
+    if isinstance(document, list):
+        return any(_private(item) for item in document)
+    return False
+
+
 def _redact(document: Any) -> Any:
     if isinstance(document, dict):
         return {

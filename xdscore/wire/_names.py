@@ -37,8 +37,10 @@ namespace Envoy's VHDS watch matches (``WatchMap`` namespace matching).
 
 from __future__ import annotations
 
-import functools
+import sys
 from collections.abc import Iterable
+
+from .._memos import CANONICAL_NAMES, COLLECTIONS
 
 __all__ = ["canonical_name", "canonical_names", "collection_of", "is_glob"]
 
@@ -53,7 +55,16 @@ def canonical_name(name: str) -> str:
     """``name`` in canonical form: ``xdstp://`` context parameters sorted (see the module)."""
     if not name.startswith("xdstp:"):
         return name
-    return _canonical_xdstp(name)
+    found = CANONICAL_NAMES.get(name)
+    if found is None:
+        found = _canonical_xdstp(name)
+        CANONICAL_NAMES.put(name, found, _sizes(name, found))
+    return found
+
+
+def _sizes(name: str, other: str | None) -> int:
+    """What a memo of names keeps for ``name`` and ``other``."""
+    return sys.getsizeof(name) + (0 if other is None or other is name else sys.getsizeof(other))
 
 
 def canonical_names(names: Iterable[str]) -> tuple[str, ...]:
@@ -67,7 +78,6 @@ def canonical_names(names: Iterable[str]) -> tuple[str, ...]:
     return tuple(canonical_name(name) for name in listed)
 
 
-@functools.lru_cache(maxsize=8192)
 def _canonical_xdstp(name: str) -> str:
     if not name.startswith(_SCHEME):
         return name
@@ -97,13 +107,21 @@ def _canonical_xdstp(name: str) -> str:
     return "".join(parts)
 
 
-@functools.lru_cache(maxsize=65536)
 def collection_of(name: str) -> str | None:
     """The glob collection ``name`` (canonical) belongs to; ``None`` for a name without ``/``
     and for an ``xdstp://`` name without a resource type.
 
     A glob is its own collection, so ``collection_of(g) == g`` tells a glob (see the module).
     """
+    found = COLLECTIONS.get(name)
+    if found is None:
+        collection = _collection(name)
+        # ("" stands for None: no collection ends in anything but "*" and its parameters.)
+        found = COLLECTIONS.put(name, collection or "", _sizes(name, collection))
+    return found or None
+
+
+def _collection(name: str) -> str | None:
     if not name.startswith(_SCHEME):
         slash = name.rfind("/")
         return None if slash < 0 else name[:slash] + "/*"

@@ -7,20 +7,20 @@ recognises a repeated node with :func:`same_node_bytes`: the fields from ``exten
 compared as bytes, the few before them (where the maps are) by content, so a request costs
 no decoding of the node.
 
-Decoding keeps the last 4,096 distinct nodes keyed by their bytes, so a fleet of proxies
-presenting the same node costs one decode. The cache is bounded in bytes too (16 MiB of
-encoded nodes, a decoded one taking several times that), and a node larger than 64 KiB is
-never kept: the streams that present it hold it while they live, and no longer.
+Decoded nodes are kept by their bytes in :data:`xdscore._memos.NODES`, so a fleet of
+proxies presenting the same node costs one decode; a node whose record holds more than the
+memo's entry bound is never kept: the streams that present it hold it while they live, and
+no longer.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 
 from envoy.config.core.v3 import base_pb2
 from google.protobuf import json_format, struct_pb2
 
+from .._memos import NODES, footprint
 from ._reader import field_offset
 from ._records import Locality, Node
 
@@ -32,12 +32,6 @@ __all__ = [
     "same_node",
     "same_node_bytes",
 ]
-
-_NODE_CACHE_SIZE = 4096
-_NODE_CACHE_BYTES = 16 * 1024 * 1024
-_NODE_KEPT_BYTES = 64 * 1024
-_node_cache: OrderedDict[bytes, Node] = OrderedDict()
-_cached_bytes = 0
 
 
 def read_node(raw: bytes) -> Node:
@@ -69,15 +63,14 @@ def decode_node(message: base_pb2.Node, raw: bytes | None = None) -> Node:
         metadata=_struct(message.metadata),
         raw=raw,
     )
-    if len(raw) <= _NODE_KEPT_BYTES:
-        _remember(raw, node)
+    if len(raw) <= NODES.max_entry_bytes:
+        NODES.put(raw, node, footprint(raw, node))
     return node
 
 
 def _cached(raw: bytes) -> Node | None:
-    node = _node_cache.get(raw)
-    if node is not None:
-        _node_cache.move_to_end(raw)
+    node = NODES.get(raw)
+    assert node is None or isinstance(node, Node)
     return node
 
 
@@ -117,15 +110,6 @@ def _canonical(data: bytes) -> bytes:
     """The deterministic encoding of the ``Node`` (or part of one) ``data``."""
     encoded: bytes = base_pb2.Node.FromString(data).SerializeToString(deterministic=True)
     return encoded
-
-
-def _remember(raw: bytes, node: Node) -> None:
-    global _cached_bytes
-    _node_cache[raw] = node
-    _cached_bytes += len(raw)
-    while len(_node_cache) > _NODE_CACHE_SIZE or _cached_bytes > _NODE_CACHE_BYTES:
-        old, _ = _node_cache.popitem(last=False)
-        _cached_bytes -= len(old)
 
 
 def _struct(struct: struct_pb2.Struct) -> dict[str, object]:

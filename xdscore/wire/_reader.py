@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-__all__ = ["WireError", "field_offset", "fields", "leading_field", "name_field"]
+__all__ = ["WireError", "count_field", "field_offset", "fields", "leading_field", "name_field"]
 
 _VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
 
@@ -107,6 +107,41 @@ def name_field(body: bytes, number: int = 1) -> str:
     if offset > end:
         raise WireError("truncated field")
     return name.decode()
+
+
+def count_field(data: bytes, number: int) -> int:
+    """How many times the field ``number`` occurs at the top level of the message ``data``
+    (entries of a repeated field), walking the fields without copying any."""
+    count = 0
+    offset = 0
+    end = len(data)
+    while offset < end:
+        key = data[offset]
+        if key < 0x80:
+            offset += 1
+        else:
+            key, offset = _varint(data, offset)
+        wire_type = key & 7
+        if key >> 3 == number:
+            count += 1
+        if wire_type == _LEN:
+            length = data[offset] if offset < end else 0x80
+            if length < 0x80:
+                offset += 1
+            else:
+                length, offset = _varint(data, offset)
+            offset += length
+        elif wire_type == _VARINT:
+            _, offset = _varint(data, offset)
+        elif wire_type == _I64:
+            offset += 8
+        elif wire_type == _I32:
+            offset += 4
+        else:
+            raise WireError(f"unsupported wire type {wire_type}")
+    if offset > end:
+        raise WireError("truncated field")
+    return count
 
 
 def leading_field(data: bytes, number: int) -> tuple[int, int, int] | None:

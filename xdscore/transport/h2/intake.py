@@ -26,7 +26,8 @@ INTAKE_PER_TURN = 64
 
 
 class _Held(Protocol):
-    closing: bool
+    @property
+    def closing(self) -> bool: ...
 
     def resume_intake(self) -> None: ...
 

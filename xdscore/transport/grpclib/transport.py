@@ -11,7 +11,7 @@ Two bounds live here, where the bytes arrive. A message's size is checked agains
 server's ``limits.max_request_bytes`` from its 5-byte gRPC prefix, before any of its body is
 read (grpclib would buffer a declared 4 GiB in full first). And each HTTP/2 connection is
 cut when it resets streams, pings or sends SETTINGS faster than :class:`ConnectionLimits`
-allow (see :mod:`xdscore.transport._http2`).
+allow, malformed requests are reset and unknown frames ignored (see :mod:`.connection`).
 """
 
 from __future__ import annotations
@@ -31,16 +31,19 @@ from grpclib.encoding.base import CodecBase
 from grpclib.exceptions import GRPCError, StreamTerminatedError
 from h2.exceptions import StreamClosedError
 
-from .._errors import GrpcStatus, ProtocolError, RemoteProtocolError, StreamClosed
-from ..protocol._state import ProtocolName
-from ..server._server import XdsServer
-from ..server._tasks import forget_frames
-from ._frames import message_size, write_message
-from ._http2 import ConnectionLimits, CutReason, GuardedH2Protocol
-from ._methods import ACCEPT_BACKLOG, Method, listening_socket, served_methods
-from ._tls import peer_identity
+from ..._errors import GrpcStatus, ProtocolError, RemoteProtocolError, StreamClosed
+from ...protocol._state import ProtocolName
+from ...server._server import XdsServer
+from ...server._stream import ByteStream
+from ...server._tasks import forget_frames
+from .._limits import ConnectionLimits, CutReason
+from .._messages import message_size
+from .._methods import ACCEPT_BACKLOG, Method, listening_socket, served_methods
+from .._tls import peer_identity
+from .connection import GuardedH2Protocol
+from .messages import write_message
 
-__all__ = ["GrpclibTransport"]
+__all__ = ["GrpclibTransport", "RawCodec"]
 
 log = logging.getLogger("xdscore.transport")
 
@@ -48,7 +51,7 @@ _GONE = (StreamClosedError, StreamTerminatedError, ConnectionError)
 """What grpclib and h2 raise when the client reset its stream or dropped its connection."""
 
 
-class _RawCodec(CodecBase):
+class RawCodec(CodecBase):
     """Hands message bytes through untouched, in both directions."""
 
     __content_subtype__ = "proto"
@@ -137,7 +140,7 @@ class GrpclibTransport:
             self._add(mapping, method.path, self._handler(method), unary=method.unary)
         self._grpc = _Server(
             [_Services(mapping)],
-            codec=_RawCodec(),
+            codec=RawCodec(),
             connection_limits=self.connection_limits,
             on_cut=self._connection_cut,
         )
@@ -220,15 +223,17 @@ class GrpclibTransport:
     async def _status_stream(self, stream: grpclib.server.Stream[Any, Any]) -> None:
         with _FramesForgotten():
             async with _statuses(_peer(stream)):
+                identity = peer_identity(stream.peer.cert())
                 try:
-                    await self.server.client_status.run_stream(self._wrap(stream))
+                    await self.server.client_status.run_stream(self._wrap(stream), identity)
                 except StreamClosed:
                     return
 
     async def _status_fetch(self, stream: grpclib.server.Stream[Any, Any]) -> None:
         async with _statuses(_peer(stream)):
             data = await self._wrap(stream).receive()
-            answer = self.server.client_status.answer(data or b"")
+            identity = peer_identity(stream.peer.cert())
+            answer = self.server.client_status.answer(data or b"", identity)
             await stream.send_message(answer)
 
     def _wrap(self, stream: grpclib.server.Stream[Any, Any]) -> _GrpclibStream:
@@ -279,7 +284,7 @@ class GrpclibTransport:
         await self.stop()
 
 
-class _GrpclibStream:
+class _GrpclibStream(ByteStream):
     """One grpclib stream as message bytes; the client going away is :class:`StreamClosed`.
 
     A message longer than ``limit`` bytes is refused from its prefix, before its body is

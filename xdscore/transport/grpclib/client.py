@@ -18,8 +18,8 @@ import grpclib.client
 import grpclib.const
 from grpclib.exceptions import GRPCError, StreamTerminatedError
 
-from .._errors import GrpcStatus, RemoteProtocolError, StreamClosed
-from ._grpclib import _RawCodec
+from ..._errors import GrpcStatus, RemoteProtocolError, StreamClosed
+from .transport import RawCodec
 
 __all__ = ["GrpclibChannel", "open_channel"]
 
@@ -90,7 +90,7 @@ async def open_channel(
     host: str, port: int, *, ssl_context: ssl.SSLContext | None = None
 ) -> AsyncIterator[GrpclibChannel]:
     """A channel to ``host:port``, closed when the block ends."""
-    channel = grpclib.client.Channel(host, port, ssl=ssl_context, codec=_RawCodec())
+    channel = grpclib.client.Channel(host, port, ssl=ssl_context, codec=RawCodec())
     try:
         yield GrpclibChannel(channel)
     finally:

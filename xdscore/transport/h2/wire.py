@@ -1,5 +1,5 @@
 """HTTP/2 framing for :class:`~xdscore.transport.Http2Transport`: constants, frame headers,
-the server's SETTINGS and the gRPC header blocks it sends.
+the server's SETTINGS and the header blocks it sends (gRPC's, and a plain HTTP refusal's).
 
 Frames are built and split here; HPACK is the ``hpack`` library's. The server never adds
 to the dynamic table of the header blocks it sends (every field is a never-indexed literal
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import enum
 import struct
+from urllib.parse import quote
 
-from grpclib.metadata import encode_grpc_message
 from hpack import Encoder, NeverIndexedHeaderTuple
 
 __all__ = [
@@ -25,9 +25,10 @@ __all__ = [
     "ErrorCode",
     "FrameType",
     "Setting",
+    "encode_grpc_message",
     "frame",
     "goaway",
-    "ok_trailers",
+    "plain_response_headers",
     "response_headers",
     "rst_stream",
     "settings",
@@ -64,6 +65,8 @@ class FrameType(enum.IntEnum):
 
 
 class ErrorCode(enum.IntEnum):
+    """The error codes of RST_STREAM and GOAWAY (RFC 9113 section 7) the server sends."""
+
     NO_ERROR = 0
     PROTOCOL_ERROR = 1
     INTERNAL_ERROR = 2
@@ -136,8 +139,13 @@ def response_headers(stream_id: int) -> bytes:
     return frame(FrameType.HEADERS, END_HEADERS, stream_id, RESPONSE_HEADERS)
 
 
-def ok_trailers(stream_id: int) -> bytes:
-    return frame(FrameType.HEADERS, END_HEADERS | END_STREAM, stream_id, _OK_TRAILERS)
+_GRPC_MESSAGE_SAFE = "".join(chr(code) for code in range(0x20, 0x7F) if code != 0x25)
+
+
+def encode_grpc_message(message: str) -> str:
+    """``grpc-message`` as gRPC carries it: UTF-8, percent-encoded outside printable ASCII
+    (and ``%`` itself)."""
+    return quote(message, safe=_GRPC_MESSAGE_SAFE)
 
 
 def trailers(
@@ -150,7 +158,7 @@ def trailers(
     if message:
         fields.append(("grpc-message", encode_grpc_message(message)))
     if headers_sent and len(fields) == 1 and status == 0:
-        return [ok_trailers(stream_id)]
+        return [frame(FrameType.HEADERS, END_HEADERS | END_STREAM, stream_id, _OK_TRAILERS)]
     block = _block(fields)
     pieces = [block[start : start + max_frame] for start in range(0, len(block), max_frame)]
     frames = []
@@ -164,7 +172,14 @@ def trailers(
     return frames
 
 
-def refusal_headers(stream_id: int, status: int) -> bytes:
-    """A plain HTTP response ending the stream, for a request that is not gRPC at all."""
-    block = _block([(":status", str(status))])
-    return frame(FrameType.HEADERS, END_HEADERS | END_STREAM, stream_id, block)
+def plain_response_headers(stream_id: int, status: int, length: int) -> bytes:
+    """The headers of a plain HTTP response of ``length`` bytes of text, for a request that
+    is not gRPC at all (its body follows in DATA frames)."""
+    block = _block(
+        [
+            (":status", str(status)),
+            ("content-type", "text/plain; charset=utf-8"),
+            ("content-length", str(length)),
+        ]
+    )
+    return frame(FrameType.HEADERS, END_HEADERS, stream_id, block)

@@ -1,5 +1,5 @@
 """xdscore's own HTTP/2 transport: the same methods as :class:`GrpclibTransport`, on a
-lean server of its own (:mod:`._h2_connection`).
+lean server of its own (:mod:`.connection`).
 
 grpclib runs every connection through h2's general state machine, its event objects and
 its own stream, buffer and task layers: at a few hundred responses per stream that is
@@ -7,7 +7,7 @@ most of an initial sync's server time, and some 35 KB of memory per connection. 
 server speaks the part of HTTP/2 and gRPC the xDS methods use (long-lived and unary calls
 of protobuf messages, identity encoding) with the same bounds: request size checked from
 the prefix, the abuse buckets of :class:`ConnectionLimits`, at most
-:data:`~._h2_connection.MAX_STREAMS` streams per connection, TLS with the same
+:data:`~.connection.MAX_STREAMS` streams per connection, TLS with the same
 :func:`server_ssl_context`. What it does not do: message compression (a compressed
 message ends its call with UNIMPLEMENTED), server push, HTTP/1.1.
 """
@@ -23,16 +23,17 @@ from typing import Any, Literal
 
 from mypy_extensions import mypyc_attr
 
-from .._errors import GrpcStatus, ProtocolError, RemoteProtocolError, StreamClosed
-from ..protocol._state import ProtocolName
-from ..server._server import XdsServer
-from ..server._tasks import forget_frames
-from ._accept import Acceptor, default_max_connections
-from ._h2_connection import Call, Connection, Handler
-from ._http2 import ConnectionLimits, CutReason
-from ._intake import INTAKE_PER_TURN, Intake
-from ._methods import Method, listening_socket, served_methods
-from ._tls import peer_identity
+from ..._errors import GrpcStatus, ProtocolError, RemoteProtocolError, StreamClosed
+from ...protocol._state import ProtocolName
+from ...server._server import XdsServer
+from ...server._tasks import forget_frames
+from .._limits import ConnectionLimits, CutReason
+from .._methods import Method, listening_socket, served_methods
+from .._tls import peer_identity
+from .accept import Acceptor, default_max_connections
+from .call import Call
+from .connection import Connection, Handler
+from .intake import INTAKE_PER_TURN, Intake
 
 __all__ = ["Http2Transport"]
 
@@ -127,11 +128,13 @@ class Http2Transport:
         return handle
 
     async def _status_stream(self, call: Call) -> None:
-        await self.server.client_status.run_stream(call)
+        identity = peer_identity(call.peer_certificate)
+        await self.server.client_status.run_stream(call, identity)
 
     async def _status_fetch(self, call: Call) -> None:
         data = await call.receive()
-        await call.send(self.server.client_status.answer(data or b""))
+        identity = peer_identity(call.peer_certificate)
+        await call.send(self.server.client_status.answer(data or b"", identity))
 
     @staticmethod
     def _calls(handle: Callable[[Call], Any]) -> Handler:
@@ -222,8 +225,6 @@ class Http2Transport:
         self.port = None
         await self._listener.close()
         connections = list(self._connections)
-        for connection in connections:
-            connection.drain()
         tasks = {
             call.task
             for connection in connections
@@ -235,10 +236,10 @@ class Http2Transport:
             # The server has ended every stream: let the handlers send their trailers
             # (status OK) before the connections go, so that clients see a clean end...
             await asyncio.wait(tasks, timeout=STOP_GRACE)
-        lingering = [c for c in connections if c.draining and not c.closing]
+        lingering = [c for c in connections if c.half_closed() and not c.closing]
         remaining = deadline - asyncio.get_running_loop().time()
         if lingering and remaining > 0:
-            # ...and let the clients close their side of those streams (see
+            # ...and let the clients close their side of the streams the server ended (see
             # Connection.streams_closed), within what is left of the grace.
             closed = [asyncio.ensure_future(c.streams_closed()) for c in lingering]
             _, pending = await asyncio.wait(closed, timeout=remaining)

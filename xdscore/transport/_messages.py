@@ -1,22 +1,20 @@
-"""One gRPC message, given as buffers, written as HTTP/2 DATA frames without joining them.
+"""gRPC messages on HTTP/2, for both transports: the 5-byte prefix, and a message given as
+buffers cut into DATA frame payloads without joining them.
 
-grpclib's ``send_message`` takes one ``bytes``: the driver would join a response's parts
-(its shared body among them), grpclib would prepend the 5-byte prefix and copy again, then
-read the result back frame by frame. At 100,000 resources that is several copies of tens of
-megabytes per stream and push. Here each frame's payload is a ``memoryview`` slice of the
-buffers as they are (runs of small parts joined first), h2 keeps its flow
-control and stream state, and the frames of one batch go to the socket in one write.
+A response comes from the driver as its parts (a SotW response's shared body among them).
+Joining them, prepending the prefix and reading the result back frame by frame would copy
+tens of megabytes per stream and push at 100,000 resources. Here each frame's payload is a
+``memoryview`` slice of the buffers as they are (runs of small parts joined first).
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from typing import Any
 
 from .._errors import GrpcStatus, RemoteProtocolError
 
-__all__ = ["BATCH_BYTES", "SHARED_BYTES", "buffers", "message_size", "take", "write_message"]
+__all__ = ["BATCH_BYTES", "SHARED_BYTES", "buffers", "message_size", "take"]
 
 BATCH_BYTES = 256 * 1024
 """Frames written to the socket at once (fewer system calls than one write per frame)."""
@@ -78,33 +76,3 @@ def take(pending: deque[memoryview], room: int) -> bytes | memoryview:
         pieces.append(piece)
         room -= len(piece)
     return b"".join(pieces)
-
-
-async def write_message(h2_stream: Any, parts: Sequence[bytes]) -> None:
-    """Write the gRPC message whose body is the concatenation of ``parts`` on grpclib's
-    ``h2_stream`` (its internal stream: connection, h2 state and transport), waiting for
-    flow-control window and for the socket to drain as grpclib's own writer does."""
-    size = sum(map(len, parts))
-    pending = buffers((b"\x00" + size.to_bytes(4, "big"), *parts))
-    connection = h2_stream.connection
-    h2 = h2_stream._h2_connection
-    transport = h2_stream._transport
-    stream_id = h2_stream.id
-    while pending:
-        await connection.write_ready.wait()
-        window = h2.local_flow_control_window(stream_id)
-        if window <= 0:
-            h2_stream.window_updated.clear()
-            await h2_stream.window_updated.wait()
-            continue  # other streams may have taken the window meanwhile
-        batch = min(window, BATCH_BYTES)
-        frame_size = h2.max_outbound_frame_size
-        sent = 0
-        while pending and sent < batch:
-            chunk = take(pending, min(frame_size, batch - sent))
-            h2.send_data(stream_id, chunk)
-            sent += len(chunk)
-        transport.write(h2.data_to_send())
-        h2_stream.data_sent += sent
-        connection.data_sent += sent
-        connection.data_send_process()

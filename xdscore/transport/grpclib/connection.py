@@ -1,29 +1,31 @@
-"""HTTP/2 abuse bounds, per connection: rapid resets, PING floods and SETTINGS floods.
+"""grpclib's server connection, held to what HTTP/2 asks and to the abuse bounds.
 
 grpclib feeds each connection's bytes to h2 and hands the resulting events to an
-``EventsProcessor``. This module puts a processor in front of grpclib's that counts, per
-connection, three kinds of frame that cost the server work and give the client nothing it
-needs at a high rate:
+``EventsProcessor``. :class:`GuardedH2Protocol` is grpclib's connection with a processor
+of ours in front of grpclib's that:
 
-* **rapid resets** (CVE-2023-44487): streams the client opens and resets (RST_STREAM) while
-  they are young, and streams h2 resets because the client broke the protocol on them
-  (the "made you reset" variant). Every such stream costs a request handler being
-  started and cancelled; the concurrent-stream limit does not bound them, since a reset
-  stream no longer counts as open;
-* **PING frames**, each of which h2 answers with a PING ACK whether or not the client reads;
-* **SETTINGS frames**, each applied and acknowledged.
+* counts, per connection, the frames :class:`~xdscore.transport.ConnectionLimits` bounds
+  (rapid resets, PING and SETTINGS floods; see :mod:`xdscore.transport._limits`), and cuts
+  the connection past them;
+* checks each request's headers as xdscore's own server does
+  (:func:`xdscore.transport.h2.headers.parse_request`, RFC 9113 sections 8.2 and 8.3)
+  before grpclib sees them: grpclib has h2 skip that check, then reads ``:method`` as if it
+  were always there (a request without it logged a ``KeyError`` traceback and was never
+  answered) and serves the rest. A malformed request's stream is reset with
+  PROTOCOL_ERROR, as the RFC asks, and counts as a rapid reset;
+* ignores frames of unknown types, as the RFC asks (sections 4.1 and 5.5): h2 reports them
+  as an event grpclib has no handler for, and grpclib raised, which killed the connection
+  with an ERROR traceback;
+* ends with GOAWAY PROTOCOL_ERROR a connection whose header field h2 cannot decode as ASCII
+  (grpclib has it decode them so), where h2's error killed it with an ERROR traceback;
+* releases the streams grpclib itself never releases: a stream reset in the same batch of
+  frames that opened it has its handler task cancelled before the task starts, so the
+  task's ``finally`` (which releases the stream) never runs and the stream stayed in the
+  connection's table for the connection's lifetime.
 
-Each kind has a token bucket (a sustained rate, and a burst that can arrive at once). A
-frame arriving with the bucket empty cuts the connection: GOAWAY with ENHANCE_YOUR_CALM
-naming the streams the server acted on, every stream on the connection ended, one WARNING
-naming the peer, and one count in ``xdscore_connections_cut_total{reason}``. Counting
-costs a clock read and a few float operations per counted frame (the runtime's token
-bucket, ``xdscore.server._admission.TokenBucket``); other frames cost nothing.
-
-The processor also releases the streams grpclib itself never releases: a stream reset in
-the same batch of frames that opened it has its handler task cancelled before the task
-starts, so the task's ``finally`` (which releases the stream) never runs and the stream
-stayed in the connection's table for the connection's lifetime.
+grpclib keeps h2's connection object in the private ``Connection._connection``; the
+processor and the protocol reach it through :func:`_h2_of` alone, to reset a stream and to
+send GOAWAY when the connection is cut.
 """
 
 from __future__ import annotations
@@ -33,12 +35,12 @@ import logging
 import time
 from collections.abc import Callable
 from functools import partial
-from typing import Any, Literal, cast
+from typing import Any, cast
 
-import attrs
 from grpclib.config import Configuration
 from grpclib.protocol import AbstractHandler, Connection, EventsProcessor, H2Protocol
 from h2.config import H2Configuration
+from h2.connection import H2Connection
 from h2.errors import ErrorCodes
 from h2.events import (
     PingAckReceived,
@@ -46,57 +48,27 @@ from h2.events import (
     RemoteSettingsChanged,
     RequestReceived,
     StreamReset,
+    UnknownFrameReceived,
 )
 from h2.exceptions import ProtocolError as H2ProtocolError
 
-from ..server._admission import TokenBucket
+from .._limits import Bucket, ConnectionLimits, CutReason, bucket, log_cut
+from .._methods import let_go
+from ..h2.headers import MalformedRequest, parse_request
 
-__all__ = ["Bucket", "ConnectionLimits", "CutReason", "GuardedH2Protocol", "bucket", "log_cut"]
+__all__ = ["GuardedH2Protocol"]
 
 log = logging.getLogger("xdscore.transport")
 
-CutReason = Literal["rapid_reset", "ping_flood", "settings_flood"]
+
+def _h2_of(connection: Connection) -> H2Connection:
+    """h2's connection inside grpclib's (grpclib does not expose it)."""
+    h2: H2Connection = connection._connection
+    return h2
 
 
-@attrs.frozen(kw_only=True)
-class ConnectionLimits:
-    """Per-connection bounds on HTTP/2 frames that cost work; a rate of 0 means no bound.
-
-    Each bound is a token bucket: ``*_burst`` frames may arrive at once, and the bucket
-    refills at ``*_per_second``. Past it the connection is cut (GOAWAY ENHANCE_YOUR_CALM).
-    """
-
-    resets_per_second: float = 200.0
-    """Sustained rate of rapid resets (see :attr:`reset_age`) once the burst is used up."""
-    resets_burst: int = 400
-    """Rapid resets accepted at once."""
-    reset_age: float = 1.0
-    """A stream reset (by the client, or by h2 for the client's protocol error) less than
-    this many seconds after it opened counts as a rapid reset."""
-    pings_per_second: float = 100.0
-    """Sustained rate of PING frames (and unsolicited PING ACKs) from the client."""
-    pings_burst: int = 100
-    """PING frames accepted at once."""
-    settings_per_second: float = 100.0
-    """Sustained rate of SETTINGS frames from the client."""
-    settings_burst: int = 100
-    """SETTINGS frames accepted at once."""
-    close_grace: float = 1.0
-    """Seconds a cut connection may take to flush its GOAWAY before it is aborted."""
-
-
-class Bucket(TokenBucket):
-    """The runtime's token bucket, counting what it is asked for (for the log line)."""
-
-    count = 0
-
-    def take(self) -> float:
-        self.count += 1
-        return super().take()
-
-
-def bucket(rate: float, burst: int) -> Bucket | None:
-    return Bucket(rate, burst) if rate > 0 else None
+def _gone(reason: CutReason, bucket: Bucket, last_stream_id: int) -> None:
+    """What a processor whose connection is gone does about abuse: nothing."""
 
 
 class _GuardedProcessor(EventsProcessor):
@@ -117,10 +89,27 @@ class _GuardedProcessor(EventsProcessor):
         self.settings = bucket(limits.settings_per_second, limits.settings_burst)
         self.last_stream_id = 0
         """The highest stream the server has acted on (the GOAWAY's last stream id)."""
+        # (grpclib raises for an event it has no handler for.)
+        self.processors[UnknownFrameReceived] = self.process_unknown_frame_received
+
+    def release(self) -> None:
+        """The connection is gone: let go of it."""
+        self._abuse = _gone
 
     def process_request_received(self, event: RequestReceived) -> None:
-        super().process_request_received(event)
         self.last_stream_id = event.stream_id
+        try:
+            parse_request(cast(list[tuple[str, str]], event.headers))
+        except MalformedRequest as error:
+            log.debug("HTTP/2 stream error on stream %d: %s", event.stream_id, error)
+            _h2_of(self.connection).reset_stream(event.stream_id, ErrorCodes.PROTOCOL_ERROR)
+            if self.resets is not None and self.resets.take():
+                self._abuse("rapid_reset", self.resets, self.last_stream_id)
+            return
+        super().process_request_received(event)
+
+    def process_unknown_frame_received(self, event: UnknownFrameReceived) -> None:
+        """Frames of unknown types are ignored (RFC 9113 sections 4.1 and 5.5)."""
 
     def process_stream_reset(self, event: StreamReset) -> None:
         stream = self.streams.get(event.stream_id)
@@ -168,29 +157,6 @@ class _GuardedProcessor(EventsProcessor):
 _SLICE = 16_384
 """Bytes of a read h2 parses before the events so far are counted."""
 
-WHAT = {
-    "rapid_reset": "streams reset within {age:g} s of opening",
-    "ping_flood": "PING frames",
-    "settings_flood": "SETTINGS frames",
-}
-
-
-def log_cut(
-    peer: str, reason: CutReason, bucket: Bucket, limits: ConnectionLimits, opened: float
-) -> None:
-    """The one WARNING a cut connection gets."""
-    log.warning(
-        "cut the connection from %s (%s): %d %s %.2f s after it opened, past %g a second "
-        "with a burst of %d; sent GOAWAY ENHANCE_YOUR_CALM",
-        peer,
-        reason,
-        bucket.count,
-        WHAT[reason].format(age=limits.reset_age),
-        time.monotonic() - opened,
-        bucket.rate,
-        bucket.burst,
-    )
-
 
 class GuardedH2Protocol(H2Protocol):
     """grpclib's server connection with the bounds of :class:`ConnectionLimits`.
@@ -221,6 +187,9 @@ class GuardedH2Protocol(H2Protocol):
         super().connection_made(transport)
         self._transport = cast(asyncio.Transport, transport)
         self._opened = time.monotonic()
+        # grpclib's own processor, replaced, keeps its handlers as bound methods of itself
+        # (a cycle holding the connection) until closed: it never will be.
+        self.processor.processors.clear()
         self.processor = _GuardedProcessor(self.handler, self.connection, self._limits, self._abuse)
 
     def data_received(self, data: bytes) -> None:
@@ -239,16 +208,40 @@ class GuardedH2Protocol(H2Protocol):
         for start in range(0, len(data), _SLICE):
             try:
                 events = self.connection.feed(data[start : start + _SLICE])
-            except H2ProtocolError:
-                log.debug("HTTP/2 protocol error from %s", self._peer(), exc_info=True)
+            except H2ProtocolError as error:
+                log.debug("HTTP/2 protocol error from %s: %s", self._peer(), error)
                 self.connection.flush()
                 self.processor.close("Protocol error")
+                return
+            except UnicodeDecodeError:
+                # grpclib has h2 decode header fields as ASCII, and h2 fails half-way
+                # through the stream's headers: the connection ends.
+                self._refuse_connection(b"a header field that is not ASCII")
                 return
             for event in events:
                 process(event)
                 if self._is_cut():
                     return
         self.connection.flush()
+
+    def _refuse_connection(self, reason: bytes) -> None:
+        """End the connection with GOAWAY PROTOCOL_ERROR for what h2 could not take."""
+        log.debug("HTTP/2 protocol error from %s: %s", self._peer(), reason.decode())
+        try:
+            _h2_of(self.connection).close_connection(
+                error_code=ErrorCodes.PROTOCOL_ERROR, additional_data=reason
+            )
+            self.connection.flush()
+        except H2ProtocolError:
+            pass  # h2 has closed the connection already
+        self.processor.close("Protocol error")
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        super().connection_lost(exc)  # (grpclib drops its processor's own cycle there)
+        let_go(self._transport)
+        # Our processor keeps a callback to this connection: a cycle that would keep the
+        # whole connection (h2's state, buffers, streams) until a full collection.
+        self.processor.release()
 
     def _is_cut(self) -> bool:
         return self.cut is not None
@@ -259,7 +252,7 @@ class GuardedH2Protocol(H2Protocol):
         self.cut = reason
         limits = self._limits
         log_cut(self._peer(), reason, bucket, limits, self._opened)
-        h2_connection = self.connection._connection
+        h2_connection = _h2_of(self.connection)
         h2_connection.clear_outbound_data_buffer()  # the answers to the flood, unsent
         try:
             h2_connection.close_connection(
