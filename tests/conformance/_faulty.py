@@ -22,6 +22,7 @@ import anyio.abc
 from envoy.service.discovery.v3 import discovery_pb2
 
 from xdscore import XdsServer
+from xdscore.server import ByteStream
 from xdscore.wire import Resource
 
 Message = Any
@@ -114,8 +115,10 @@ class Fault:
         return [response]
 
 
-class FaultStream:
-    """A server stream whose messages go through a :class:`Fault` (see the module)."""
+class FaultStream(ByteStream):
+    """A server stream whose messages go through a :class:`Fault` (see the module). Every
+    write goes through :meth:`send` (the defaults of :class:`~xdscore.server.ByteStream`
+    join a response's parts and never write from the reading task)."""
 
     def __init__(
         self,
@@ -134,9 +137,15 @@ class FaultStream:
         self._pending: deque[bytes] = deque()
         self._lock = anyio.Lock()
         self._counter = 0
-        closed = getattr(inner, "closed", None)
-        if closed is not None:
-            self.closed = closed
+
+    async def closed(self) -> None:
+        await self._inner.closed()
+
+    def settled(self) -> None:
+        self._inner.settled()
+
+    async def end(self, message: str) -> None:
+        await self._inner.end(message)
 
     def _request_class(self) -> Any:
         return (
