@@ -322,7 +322,7 @@ class _Typed(Fault):
 
 
 class LegacyWildcardDropsLast(_Typed):
-    """Under the legacy wildcard, leaves the last resource out."""
+    """Under the legacy wildcard, leaves the last resource out of the first response."""
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
@@ -336,14 +336,15 @@ class LegacyWildcardDropsLast(_Typed):
         return [request]
 
     async def response(self, response: Message) -> list[Message]:
-        if self.mine(response) and self.legacy and len(response.resources) > 1:
+        first = self.log.last_response(self.type_url) is None
+        if self.mine(response) and self.legacy and first and len(response.resources) > 1:
             last = max(names_of(response))
             return [keep_resources(response, lambda name: name != last)]
         return [response]
 
 
 class ExplicitWildcardDropsLast(_Typed):
-    """Asked for '*', leaves the last resource out."""
+    """Asked for '*', leaves the last resource out of the first response."""
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
@@ -356,7 +357,8 @@ class ExplicitWildcardDropsLast(_Typed):
         return [request]
 
     async def response(self, response: Message) -> list[Message]:
-        if self.mine(response) and self.star and len(response.resources) > 1:
+        first = self.log.last_response(self.type_url) is None
+        if self.mine(response) and self.star and first and len(response.resources) > 1:
             last = max(names_of(response))
             return [keep_resources(response, lambda name: name != last)]
         return [response]
@@ -435,13 +437,14 @@ class UnsubscribeIgnored(_Typed):
 
 
 class PushesEndpointsUnasked(Fault):
-    """Once a client acknowledges clusters without having asked for endpoints, sends it the
-    endpoints of every cluster."""
+    """Once a client that asked for clusters and listeners, and not for endpoints,
+    acknowledges clusters, sends it the endpoints of every cluster."""
 
     async def request(self, request: Message) -> list[Message]:
         if (
             request.type_url == CLUSTER
             and self.log.is_ack(request)
+            and LISTENER in self.log.requests
             and ENDPOINT not in self.log.requests
         ):
             everything = sorted(self.log.served(ENDPOINT))
@@ -455,33 +458,31 @@ class PushesEndpointsUnasked(Fault):
         return [request]
 
 
-class NewNamesOfUnchangedResourcesIgnored(Fault):
-    """Ignores names added to an endpoint subscription when their resources existed at the
-    previous response and did not change (as a server comparing versions might)."""
+class ReaddedNamesNotResent(Fault):
+    """Does not send again an endpoint assignment the client dropped and asks for again,
+    when it sent it before on the stream at the same version (as a server that remembers
+    what it sent, not what the client holds, might)."""
 
     protocols = ("sotw",)
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
-        self.existing: dict[str, str] = {}
+        self.dropped: set[str] = set()
+        self.readded: set[str] = set()
 
     async def request(self, request: Message) -> list[Message]:
         previous = self.log.last_request(ENDPOINT)
-        if request.type_url != ENDPOINT or previous is None or not previous.resource_names:
-            return [request]
-        before = set(previous.resource_names)
-        added = set(request.resource_names) - before
-        served = self.log.served(ENDPOINT)
-        unchanged = {n for n in added if n in served and self.existing.get(n) == served[n].version}
-        if added and added == unchanged:
-            del request.resource_names[:]
-            request.resource_names.extend(previous.resource_names)
+        if request.type_url == ENDPOINT and previous is not None:
+            now, before = set(request.resource_names), set(previous.resource_names)
+            self.dropped |= before - now
+            self.readded |= self.dropped & (now - before)
         return [request]
 
     async def response(self, response: Message) -> list[Message]:
-        if response.type_url == ENDPOINT:
-            self.existing = {n: r.version for n, r in self.log.served(ENDPOINT).items()}
-        return [response]
+        if response.type_url != ENDPOINT or not self.readded:
+            return [response]
+        readded, self.readded = self.readded, set()
+        return [keep_resources(response, lambda name: name not in readded)]
 
 
 class ForgetsMissingNames(Fault):
@@ -504,20 +505,24 @@ class ForgetsMissingNames(Fault):
 
 
 class DeletionsKept(Fault):
-    """Keeps sending clusters deleted since its previous cluster response (SotW)."""
+    """Keeps sending clusters deleted since its previous cluster response, while the client
+    still asks for them (SotW)."""
 
     protocols = ("sotw",)
 
     async def response(self, response: Message) -> list[Message]:
         previous = self.log.last_response(CLUSTER)
-        if response.type_url != CLUSTER or previous is None:
+        asked = self.log.last_request(CLUSTER)
+        if response.type_url != CLUSTER or previous is None or asked is None:
             return [response]
+        names = set(asked.resource_names)
+        wildcard = not names or "*" in names
         now = set(names_of(response))
         changed = copy(response)
         changed.resources.extend(
             item
             for item, name in zip(previous.resources, names_of(previous), strict=True)
-            if name not in now
+            if name not in now and (wildcard or name in names)
         )
         return [changed]
 
@@ -564,7 +569,7 @@ class NoRemovalForMissing(Fault):
         changed = copy(response)
         del changed.removed_resources[:]
         changed.removed_resources.extend(kept)
-        return [changed] if kept or changed.resources else []
+        return [changed]
 
 
 class ResubscribeOfHeldNameIgnored(Fault):
@@ -619,7 +624,7 @@ class DeletionNotRemoved(Fault):
         changed = copy(response)
         del changed.removed_resources[:]
         changed.removed_resources.extend(kept)
-        return [changed] if kept or changed.resources else []
+        return [changed]
 
 
 class InitialVersionsIgnored(Fault):
@@ -792,7 +797,7 @@ FAULTS: dict[str, type[Fault]] = {
         )
     },
     **_both("eds-rds/never-unasked", PushesEndpointsUnasked),
-    "sotw/eds/new-name-answered": NewNamesOfUnchangedResourcesIgnored,
+    "sotw/eds/readded-name-resent": ReaddedNamesNotResent,
     **_both("eds/missing-name-remembered", ForgetsMissingNames),
     "sotw/cds/deletion-is-omission": DeletionsKept,
     "sotw/reconnect/new-names-answered": ResumesOnAnyVersion,

@@ -125,7 +125,6 @@ async def sotw_ttl(ctx: CaseContext) -> None:
     why = await _give_ttl(ctx)
     async with ctx.sotw(node=ctx.node(features=[SUPPORTS_TTL, RESOURCE_IN_SOTW])) as s:
         await s.watch(LISTENER, None)
-        await s.watch(CLUSTER, None)
         await s.settle(first=ctx.settings.response_timeout, within=0.1)
         await _ttl_case(ctx, s, why)
 
@@ -140,7 +139,6 @@ async def delta_ttl(ctx: CaseContext) -> None:
     why = await _give_ttl(ctx)
     async with ctx.delta(node=ctx.node(features=[SUPPORTS_TTL])) as s:
         await s.subscribe(LISTENER)
-        await s.subscribe(CLUSTER)
         await s.settle(first=ctx.settings.response_timeout, within=0.1)
         await _ttl_case(ctx, s, why)
 
