@@ -10,8 +10,7 @@ little, so that as few other cases as possible see them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any
 
 import anyio
 from envoy.config.cluster.v3 import cluster_pb2
@@ -365,12 +364,12 @@ class ExplicitWildcardDropsLast(_Typed):
 
 
 class FirstNamedRequestGetsAll(_Typed):
-    """Answers a first request naming resources with every resource of the type."""
+    """Answers a first request naming one resource with every resource of the type."""
 
     async def request(self, request: Message) -> list[Message]:
         if self.mine(request) and self.log.last_request(self.type_url) is None:
             names = self.log.names(request)
-            if names and "*" not in names:
+            if len(names) == 1 and "*" not in names:
                 everything = sorted(self.log.served(self.type_url))
                 if self.log.delta:
                     request.resource_names_subscribe.extend(sorted(set(everything) - set(names)))
@@ -423,6 +422,42 @@ class SubscriptionNeverShrinks(_Typed):
             del request.resource_names[:]
             request.resource_names.extend(sorted(self.ever) + (["*"] if "*" in names else []))
         return [request]
+
+
+class DroppedNamesPushed(_Typed):
+    """Answers a list that leaves names out as it should, but keeps sending those names in
+    the pushes that follow a change (as a server that updates what it pushes from every
+    name ever asked for might)."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.ever: set[str] = set()
+        self.answered = True
+        """Whether the latest request of the type had its answer."""
+
+    async def request(self, request: Message) -> list[Message]:
+        if self.mine(request):
+            self.ever.update(n for n in request.resource_names if n != "*")
+            self.answered = _same_subscription(self.log, request)
+        return [request]
+
+    async def response(self, response: Message) -> list[Message]:
+        if not self.mine(response):
+            return [response]
+        if not self.answered:
+            self.answered = True
+            return [response]
+        asked = self.log.last_request(self.type_url)
+        if asked is None or not asked.resource_names or "*" in asked.resource_names:
+            return [response]
+        served = self.log.served(self.type_url)
+        dropped = self.ever - set(asked.resource_names) - set(names_of(response))
+        extra = sorted(dropped & set(served))
+        changed = copy(response)
+        changed.resources.extend(
+            any_pb2.Any(type_url=self.type_url, value=served[name].body) for name in extra
+        )
+        return [changed]
 
 
 class UnsubscribeIgnored(_Typed):
@@ -516,7 +551,8 @@ class DeletionsKept(Fault):
         if response.type_url != CLUSTER or previous is None or asked is None:
             return [response]
         names = set(asked.resource_names)
-        wildcard = not names or "*" in names
+        legacy = not any(r.resource_names for r in self.log.requests[CLUSTER])
+        wildcard = legacy or "*" in names
         now = set(names_of(response))
         changed = copy(response)
         changed.resources.extend(
@@ -658,14 +694,43 @@ class InitialVersionsTrusted(Fault):
 # -- ordering, warming, TTLs, errors --------------------------------------------------------------
 
 
-class Unordered(Fault):
-    """The server without make-before-break ordering (``XdsServer(ordered_ads=False)``)."""
+class RoutesBeforeNewClusters(Fault):
+    """When a cluster response brings a new cluster, sends the route configurations the
+    client asks for as they are now right after it, before the new cluster's endpoints
+    (as a server without make-before-break ordering for additions would). The client's
+    answers to those extra responses are not passed on."""
 
-    server_options: ClassVar[Mapping[str, Any]] = {"ordered_ads": False}
+    async def request(self, request: Message) -> list[Message]:
+        return [] if request.response_nonce.startswith("fault-") else [request]
 
-    @classmethod
-    def applies(cls, protocol: str, type_url: str | None) -> bool:
-        return False
+    async def response(self, response: Message) -> list[Message]:
+        previous = self.log.last_response(CLUSTER)
+        if response.type_url != CLUSTER or previous is None or ROUTE not in self.log.requests:
+            return [response]
+        if not set(names_of(response)) - set(names_of(previous)):
+            return [response]
+        served = self.log.served(ROUTE)
+        if self.log.delta:
+            wanted = sorted(self.log.subscribed.get(ROUTE, set()) & set(served))
+            routes = discovery_pb2.DeltaDiscoveryResponse(
+                type_url=ROUTE, nonce=self.stream.fresh_nonce()
+            )
+            for name in wanted:
+                routes.resources.add(
+                    name=name,
+                    version=served[name].version,
+                    resource=any_pb2.Any(type_url=ROUTE, value=served[name].body),
+                )
+        else:
+            asked = self.log.last_request(ROUTE)
+            wanted = sorted(set(asked.resource_names) & set(served))
+            routes = discovery_pb2.DiscoveryResponse(
+                type_url=ROUTE,
+                version_info="fault",
+                nonce=self.stream.fresh_nonce(),
+                resources=[any_pb2.Any(type_url=ROUTE, value=served[n].body) for n in wanted],
+            )
+        return [response, routes] if wanted else [response]
 
 
 class RemovesClustersEarly(Fault):
@@ -705,16 +770,20 @@ class RemovesClustersEarly(Fault):
 
 
 class EndpointsNotRepeated(Fault):
-    """Never sends endpoints at the version last sent (SotW), so a warming cluster waits."""
+    """Never sends endpoints again at the version last sent (SotW) after clusters changed
+    (none added), so a cluster that changed warms for ever."""
 
     protocols = ("sotw",)
 
     async def response(self, response: Message) -> list[Message]:
         last = self.log.last_response(ENDPOINT)
+        clusters = self.log.responses.get(CLUSTER, [])
         if (
             response.type_url == ENDPOINT
             and last is not None
             and last.version_info == response.version_info
+            and len(clusters) > 1
+            and set(names_of(clusters[-1])) <= set(names_of(clusters[-2]))
         ):
             return []
         return [response]
@@ -793,9 +862,10 @@ FAULTS: dict[str, type[Fault]] = {
         for case, fault in (
             ("named-only", FirstNamedRequestGetsAll),
             ("empty-list", EmptyListIsWildcard),
-            ("unsubscribe", SubscriptionNeverShrinks),
         )
     },
+    "sotw/rds/unsubscribe": _for_type(SubscriptionNeverShrinks, ROUTE, "sotw"),
+    "sotw/eds/unsubscribe": _for_type(DroppedNamesPushed, ENDPOINT, "sotw"),
     **_both("eds-rds/never-unasked", PushesEndpointsUnasked),
     "sotw/eds/readded-name-resent": ReaddedNamesNotResent,
     **_both("eds/missing-name-remembered", ForgetsMissingNames),
@@ -824,8 +894,7 @@ FAULTS: dict[str, type[Fault]] = {
     "delta/cds/removal-on-delete": DeletionNotRemoved,
     "delta/reconnect/nothing-current-resent": InitialVersionsIgnored,
     "delta/reconnect/stale-updated": InitialVersionsTrusted,
-    "sotw/ads/make-before-break-add": Unordered,
-    "delta/ads/make-before-break-add": Unordered,
+    **_both("ads/make-before-break-add", RoutesBeforeNewClusters),
     **_both("ads/make-before-break-remove", RemovesClustersEarly),
     "sotw/ads/endpoints-after-cluster-change": EndpointsNotRepeated,
     **_both("ttl/refreshed-in-time", HeartbeatsDropped),

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -95,8 +95,6 @@ class Fault:
     protocols: tuple[str, ...] = ("sotw", "delta")
     per_type_streams = False
     """Whether it applies on the per-type services (otherwise on ADS only)."""
-    server_options: ClassVar[Mapping[str, Any]] = {}
-    """Options the server itself is built with (for a fault of the server, not a stream)."""
 
     def __init__(self, log: Log, stream: FaultStream) -> None:
         self.log = log
@@ -197,8 +195,6 @@ class FaultyServer(XdsServer):
     """An :class:`~xdscore.XdsServer` whose streams misbehave as ``fault`` says."""
 
     def __init__(self, cache: Any, fault: type[Fault] | None, served: Served, **options: Any):
-        if fault is not None:
-            options = {**options, **fault.server_options}
         super().__init__(cache, **options)
         self.fault = fault
         self.served = served

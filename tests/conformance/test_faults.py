@@ -1,31 +1,53 @@
 """Each conformance case catches what it checks: against the project's server with the one
-fault made for that case (tests/conformance/_faults.py), the case fails."""
+fault made for that case (tests/conformance/_faults.py), the case fails.
+
+Each case runs against a server of its own, several side by side (about 10 s for all). With
+``XDSCORE_CONFORMANCE_FULL=1``, also the whole suite against each fault: only the case the
+fault was made for fails (about 3 minutes).
+"""
 
 from __future__ import annotations
 
+import functools
 import os
 
 import attrs
 import pytest
 
-from xdscore.testing.conformance import CASES, PROPERTY_CASES, Case, run_suite
+from xdscore.testing.conformance import (
+    CASES,
+    PROPERTY_CASES,
+    Case,
+    CaseResult,
+    Report,
+    run_suite,
+)
 
 from ._faults import FAULTS, ResendNacked
-from ._harness import SETTINGS, serving
+from ._harness import SETTINGS, serving, side_by_side
 
 pytestmark = pytest.mark.anyio
+
+FULL = "XDSCORE_CONFORMANCE_FULL"
+IN_PROCESS = 12
+"""Runs at once: their servers are in this process and cost little to start."""
 
 
 def test_every_case_has_its_fault() -> None:
     assert sorted(FAULTS) == sorted(case.id for case in CASES)
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda case: case.id)
-async def test_the_case_fails_against_its_fault(case: Case) -> None:
-    async with serving(fault=FAULTS[case.id]) as driver:
-        report = await run_suite(driver, cases=[case], settings=SETTINGS)
-    (result,) = report.results
-    assert result.outcome == "failed", f"{case.id} {result.outcome}: {result.detail}"
+async def test_each_case_fails_against_its_fault() -> None:
+    async def run(case: Case) -> CaseResult:
+        async with serving(fault=FAULTS[case.id]) as driver:
+            report = await run_suite(driver, cases=[case], settings=SETTINGS)
+        (result,) = report.results
+        return result
+
+    results = await side_by_side([functools.partial(run, case) for case in CASES], IN_PROCESS)
+    assert [r.case.id for r in results] == [case.id for case in CASES]
+    missed = [f"{r.case.id} {r.outcome}: {r.detail}" for r in results if not r.failed]
+    assert not missed, "\n".join(missed)
 
 
 async def test_the_property_mode_finds_a_fault_and_shrinks_it() -> None:
@@ -47,18 +69,19 @@ async def test_the_property_mode_finds_a_fault_and_shrinks_it() -> None:
     assert "← [sotw#" in result.trace
 
 
-MATRIX = "XDSCORE_CONFORMANCE_MATRIX"
+@pytest.mark.skipif(not os.environ.get(FULL), reason=f"about 3 minutes: set {FULL}=1")
+async def test_the_whole_suite_against_each_fault_fails_its_cases_alone() -> None:
+    """Every case run against each fault: only the case the fault was made for fails."""
 
+    async def run(case: Case) -> Report:
+        async with serving(fault=FAULTS[case.id]) as driver:
+            return await run_suite(driver, settings=SETTINGS)
 
-@pytest.mark.skipif(not os.environ.get(MATRIX), reason=f"about 50 minutes: set {MATRIX}=1")
-@pytest.mark.parametrize("case", CASES, ids=lambda case: case.id)
-async def test_the_whole_suite_against_each_fault_fails_that_case_alone(case: Case) -> None:
-    """Every case run against each fault: only the cases the fault was made for fail (two
-    share one: the server without ordering)."""
-    fault = FAULTS[case.id]
-    async with serving(fault=fault) as driver:
-        report = await run_suite(driver, settings=SETTINGS)
-    expected = {known for known, made in FAULTS.items() if made is fault}
-    assert {r.case.id for r in report.failures} == expected, [
-        (r.case.id, r.detail) for r in report.failures
+    reports = await side_by_side([functools.partial(run, case) for case in CASES], IN_PROCESS)
+    wrong = [
+        f"{case.id}'s fault: failed {[r.case.id for r in report.failures]}\n"
+        + "\n".join(f"  {r.case.id}: {r.detail}" for r in report.failures)
+        for case, report in zip(CASES, reports, strict=True)
+        if [r.case.id for r in report.failures] != [case.id]
     ]
+    assert not wrong, "\n".join(wrong)

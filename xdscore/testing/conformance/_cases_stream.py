@@ -4,8 +4,11 @@ the server does not know, and the per-type services."""
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Sequence
+from typing import Any
 
+from ...protocol._sotw_client import SotwClientTypeState
 from ...wire._reader import name_field
 from ...wire._records import DeltaDiscoveryResponse, DiscoveryResponse
 from ...wire._typeurls import CLUSTER, ENDPOINT, LISTENER, ROUTE, TYPE_URL_PREFIX, type_info
@@ -21,17 +24,45 @@ UNKNOWN_TYPE = TYPE_URL_PREFIX + "xdscore.conformance.v1.NoSuchType"
 
 async def load_sotw(ctx: CaseContext, session: SotwSession) -> list[DiscoveryResponse]:
     """Watch listeners and clusters with the legacy wildcard and what they refer to, as
-    Envoy does; acknowledge everything until the server is quiet."""
+    Envoy does; acknowledge everything until the server is quiet with every type answered
+    and every name asked for held (or for the response timeout at most)."""
     await session.watch(CLUSTER, None)
     await session.watch(LISTENER, None)
-    return await session.settle(follow=True, first=ctx.settings.response_timeout)
+    return await _settle_loaded(ctx, session)
 
 
 async def load_delta(ctx: CaseContext, session: DeltaSession) -> list[DeltaDiscoveryResponse]:
     """The same over Delta."""
     await session.subscribe(CLUSTER)
     await session.subscribe(LISTENER)
-    return await session.settle(follow=True, first=ctx.settings.response_timeout)
+    return await _settle_loaded(ctx, session)
+
+
+async def _settle_loaded(ctx: CaseContext, session: SotwSession | DeltaSession) -> list[Any]:
+    """Settle, again while something asked for is missing: a quiet period can fall between
+    two steps of a loaded server's answers."""
+    deadline = time.monotonic() + ctx.settings.response_timeout
+    taken: list[Any] = await session.settle(follow=True, first=ctx.settings.response_timeout)
+    while _missing(session) and (remaining := deadline - time.monotonic()) > 0:
+        taken += await session.settle(follow=True, first=remaining)
+    return taken
+
+
+def _missing(session: SotwSession | DeltaSession) -> bool:
+    """Whether a type the client watches was never answered, or a name it asked for is
+    not held."""
+    client = session.client
+    for type_url in client.type_urls():
+        state = client.type_state(type_url)
+        if state is None or not state.nonce:
+            return True
+        if isinstance(state, SotwClientTypeState):
+            asked = set() if state.subscription.wildcard else set(state.subscription.names)
+        else:
+            asked = set() if state.wildcard else set(state.requested)
+        if not asked <= set(client.holds(type_url)):
+            return True
+    return False
 
 
 async def universe(ctx: CaseContext, type_url: str) -> list[str]:
