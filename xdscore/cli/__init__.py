@@ -1,6 +1,6 @@
 """The xdscore command line: serve a directory of Envoy resources (or what etcd holds) over
 xDS, write a directory to etcd, analyze it, ask a running control plane about its proxies,
-and compare one proxy with it."""
+compare one proxy with it, and check any control plane's conformance to the protocol."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import NoReturn
 import anyio
 
 from ..server import loop_options
-from . import _analyze, _apply, _bootstrap, _diff, _serve, _status, _wait
+from . import _analyze, _apply, _bootstrap, _conformance, _diff, _serve, _status, _wait
 from ._common import EXIT_USAGE, LOG_LEVELS, set_up_logging
 
 __all__ = ["console", "main"]
@@ -52,6 +52,13 @@ EXAMPLES = {
   envoy -c envoy.yaml
   xdscore bootstrap grpc --server xds.internal:18000 --node checkout > xds-bootstrap.json
   GRPC_XDS_BOOTSTRAP=xds-bootstrap.json python client.py  # then dial xds:///LISTENER""",
+    "conformance": """\
+  xdscore conformance 127.0.0.1:18000
+  xdscore conformance xds.internal:443 --tls --tls-ca ca.pem --junit conformance.xml
+  xdscore conformance --server-cmd 'xdscore serve {dir} --listen {addr} --debounce-ms 20'
+  xdscore conformance --bench-cmd './gocp-bench-server -addr {addr} -clusters {clusters} \\
+      -endpoints {endpoints} -versions single' --only delta/ --property
+  xdscore conformance --list --verbose""",
     "envoy": """\
   xdscore bootstrap envoy --server 127.0.0.1:18000 --node edge-1 --cluster edge > envoy.yaml
   xdscore bootstrap envoy --server xds.internal:18000 --node edge-1 --delta --format json
@@ -173,6 +180,7 @@ def _parser() -> argparse.ArgumentParser:
     _diff.add_parser(commands)
     _wait.add_parser(commands)
     _bootstrap.add_parser(commands)
+    _conformance.add_parser(commands)
     for name, sub in _subparsers(parser):
         assert isinstance(sub, _Parser)
         sub.examples = sub.examples or EXAMPLES.get(name, "")
@@ -204,6 +212,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return anyio.run(_wait.run, args)
     if args.command == "bootstrap":
         return _bootstrap.run(args)
+    if args.command == "conformance":
+        return anyio.run(_conformance.run, args)
     return EXIT_USAGE
 
 
