@@ -210,6 +210,7 @@ async def serve(
     tune_gc: bool = True,
     max_streams: int | None = None,
     reuse_port: bool = False,
+    track_revisions: bool = True,
 ) -> None:
     workload = Workload(clusters, endpoints_per_cluster)
     workload.push(clusters, endpoints_per_cluster, None)
@@ -219,6 +220,7 @@ async def serve(
         control_plane_id="xdscore-bench",
         metrics=None if metrics else False,
         server_limits=limits,
+        track_revisions=track_revisions,
     )
     if tune_gc:
         tune_collector()
@@ -329,6 +331,11 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1, help="server processes on one port")
     parser.add_argument("--max-streams", type=int, help="each process's ServerLimits.max_streams")
     parser.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--no-revisions",
+        action="store_true",
+        help="XdsServer(track_revisions=False): what revision tracking costs, by difference",
+    )
     args = parser.parse_args()
     host, _, port = args.addr.rpartition(":")
     if args.workers > 1:
@@ -337,6 +344,7 @@ def main() -> None:
         passed = ["--clusters", str(args.clusters), "--endpoints", str(args.endpoints)]
         passed += ["--transport", args.transport, "--loop", args.loop]
         passed += ["--no-metrics"] * args.no_metrics + ["--default-gc"] * args.default_gc
+        passed += ["--no-revisions"] * args.no_revisions
         if args.max_streams is not None:
             passed += ["--max-streams", str(args.max_streams)]
         supervise(host, int(port), args.workers, passed)
@@ -354,6 +362,7 @@ def main() -> None:
         not args.default_gc,
         args.max_streams,
         args.reuse_port,
+        not args.no_revisions,
         backend_options=loop_options(args.loop),
     )
 
