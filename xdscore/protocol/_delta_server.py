@@ -187,6 +187,11 @@ class DeltaResponse(Record):
         """Whether it sends a resource with a TTL to a client that reads TTLs."""
         return self.ttl and any(resource.ttl is not None for resource in self.resources)
 
+    @property
+    def carried(self) -> Collection[Resource]:
+        """The resources it sends (not the names it removes)."""
+        return self.resources
+
 
 @final
 class DeltaTypeState(Record):

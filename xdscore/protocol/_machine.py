@@ -9,6 +9,7 @@ from mypy_extensions import mypyc_attr
 
 from .._errors import GrpcStatus, ProtocolError
 from ..wire._records import Node, ResourceError
+from ..wire._resource import Resource
 from ..wire._typeurls import type_info
 from ._events import Event, NodeIdentified
 from ._features import NO_FEATURES, ClientFeatures
@@ -46,6 +47,11 @@ class Response(Protocol):
     @property
     def carries_ttl(self) -> bool:
         """Whether it sends a client that reads TTLs a resource with one."""
+        ...
+
+    @property
+    def carried(self) -> Collection[Resource]:
+        """The resources it sends."""
         ...
 
 

@@ -143,6 +143,11 @@ class SotwResponse(Record):
         """Whether a resource it sends has a TTL."""
         return self.selection.shortest_ttl is not None
 
+    @property
+    def carried(self) -> Collection[Resource]:
+        """The resources it sends."""
+        return self.selection.resources.values()
+
 
 @final
 class SotwTypeState(Record):

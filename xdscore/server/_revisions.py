@@ -44,7 +44,7 @@ import re
 import time
 import weakref
 from array import array
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Collection, Hashable
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -408,11 +408,7 @@ class RevisionLog:
     def rejected(self, info: StreamInfo, fact: Rejected) -> ProxyNack:
         """The stream's client rejected a response: what it rejected, and from where."""
         nack = fact.nack
-        response = fact.response
-        selection = getattr(response, "selection", None)
-        sent: Iterable[Resource] = (
-            selection.resources.values() if selection is not None else response.resources
-        )
+        sent: Collection[Resource] = fact.response.carried
         held = fact.held
         # (What it held at that version it did not reject: a heartbeat names nothing.)
         new = [r for r in sent if (h := held.get(r.name)) is None or h.version != r.version]
