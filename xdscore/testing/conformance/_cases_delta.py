@@ -8,7 +8,7 @@ import attrs
 from ...wire._records import DeltaDiscoveryResponse
 from ...wire._typeurls import CLUSTER, ENDPOINT, LISTENER, ROUTE
 from ._case import CaseContext, case
-from ._cases_sotw import _change_for, _parent
+from ._cases_sotw import _dropped_stays_out, _parent
 from ._cases_stream import universe
 from ._checks import check, missing_name, names, one_line
 from ._session import DeltaSession
@@ -133,24 +133,7 @@ def _named_cases(type_url: str) -> None:
             await _gather(s, type_url, ctx)
             await s.unsubscribe(type_url, [dropped])
             await s.unsubscribe(type_url, [missing_name(served)])
-            for response in await s.collect(type_url):
-                check(
-                    dropped not in names(response),
-                    f"{dropped} was unsubscribed, yet the {one_line(response)} carries it",
-                )
-                await s.ack(response)
-            change = _change_for(type_url)
-            if not ctx.can_change(change):
-                ctx.partly("the driver cannot change the resources, so no later change was checked")
-                return
-            await ctx.change(change, f"every {kind.upper()} resource changes")
-            answer = await s.wait_for(
-                type_url, lambda _: True, f"after the change, a {kind.upper()} response"
-            )
-            check(
-                dropped not in names(answer) and kept in names(answer),
-                f"after the change, the {one_line(answer)}; expected {kept} and not {dropped}",
-            )
+            await _dropped_stays_out(ctx, s, type_url, kept, dropped)
 
 
 _named_cases(ENDPOINT)

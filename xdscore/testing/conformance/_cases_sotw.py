@@ -4,12 +4,14 @@ full state, names that do not exist yet, reconnecting."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from ...wire._records import DiscoveryResponse
 from ...wire._typeurls import CLUSTER, ENDPOINT, LISTENER, ROUTE
 from ._case import CaseContext, case
 from ._cases_stream import universe
 from ._checks import check, names, one_line
+from ._session import Session
 from ._trace import short_type
 from ._world import World, cluster_name
 
@@ -232,24 +234,7 @@ def _named_cases(type_url: str) -> None:
             await s.watch(type_url, served)
             await s.ack(await s.response(type_url))
             await s.watch(type_url, served[:-1])
-            for response in await s.collect(type_url):
-                check(
-                    dropped not in names(response),
-                    f"{dropped} was unsubscribed, yet the {one_line(response)} carries it",
-                )
-                await s.ack(response)
-            change = _change_for(type_url)
-            if not ctx.can_change(change):
-                ctx.partly("the driver cannot change the resources, so no later change was checked")
-                return
-            await ctx.change(change, f"every {kind.upper()} resource changes")
-            answer = await s.wait_for(
-                type_url, lambda _: True, f"after the change, a {kind.upper()} response"
-            )
-            check(
-                dropped not in names(answer) and kept in names(answer),
-                f"after the change, the {one_line(answer)}; expected {kept} and not {dropped}",
-            )
+            await _dropped_stays_out(ctx, s, type_url, kept, dropped)
 
 
 def _change_for(type_url: str) -> Callable[[World], World]:
@@ -406,3 +391,29 @@ async def sotw_reconnect(ctx: CaseContext) -> None:
             f"the new stream asked for {[first, second]} presenting the version of {[first]}; "
             f"the answer was the {one_line(answer)}",
         )
+
+
+async def _dropped_stays_out(
+    ctx: CaseContext, s: Session[Any, Any], type_url: str, kept: str, dropped: str
+) -> None:
+    """The end of an unsubscribe case, SotW or Delta: ``dropped`` is in no response, the
+    next change included (which still carries ``kept``)."""
+    kind = short_type(type_url).lower()
+    for response in await s.collect(type_url):
+        check(
+            dropped not in names(response),
+            f"{dropped} was unsubscribed, yet the {one_line(response)} carries it",
+        )
+        await s.ack(response)
+    change = _change_for(type_url)
+    if not ctx.can_change(change):
+        ctx.partly("the driver cannot change the resources, so no later change was checked")
+        return
+    await ctx.change(change, f"every {kind.upper()} resource changes")
+    answer = await s.wait_for(
+        type_url, lambda _: True, f"after the change, a {kind.upper()} response"
+    )
+    check(
+        dropped not in names(answer) and kept in names(answer),
+        f"after the change, the {one_line(answer)}; expected {kept} and not {dropped}",
+    )
