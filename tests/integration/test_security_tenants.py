@@ -366,6 +366,18 @@ def never(_: bytes) -> bool:
     return False
 
 
+def raced_its_own_write(outcome: Outcome) -> bool:
+    """grpcio's client wrote its second request as the server was refusing the stream, and
+    reports its own failed write (INTERNAL "Internal error from Core") in place of the status
+    the server sent: the attempt says nothing of the server and is made again."""
+    failure = outcome.failure
+    return (
+        failure is not None
+        and failure.code == grpc.StatusCode.INTERNAL
+        and failure.details == "Internal error from Core"
+    )
+
+
 # -- the tests --------------------------------------------------------------------------------
 
 
@@ -382,9 +394,12 @@ async def test_a_tenant_reads_its_own_secret_and_not_the_others(plane: Plane, wa
 async def test_a_tenant_claiming_the_other_tenants_cluster_is_denied(
     plane: Plane, way: str
 ) -> None:
-    before = await plane.denied()
     tenant = plane.tenant("team-a")
-    outcome = await WAYS[way](plane, tenant, "team-b", BOTH, never)
+    for _ in range(3):
+        before = await plane.denied()
+        outcome = await WAYS[way](plane, tenant, "team-b", BOTH, never)
+        if not raced_its_own_write(outcome):
+            break
     assert not outcome.holds("team-b"), f"{way}: team-a, claiming cluster team-b, read its key"
     assert not outcome.holds("team-a")
     assert outcome.failure is not None
