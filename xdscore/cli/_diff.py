@@ -31,6 +31,10 @@ tells:
 A resource the control plane reports NACKED whose content Envoy holds, active and as
 intended, matches (Envoy applied it from a response it rejected for another resource); the
 NACK is shown with it.
+
+With replicas (``--etcd``, or ``--server`` repeated), Envoy is compared with each replica
+that has a client of its node. A resource that does not match is named with its source,
+read from the control plane's admin ``/config_dump`` where its address is known.
 """
 
 from __future__ import annotations
