@@ -6,8 +6,9 @@ returns 0 once both hold it (their config dumps say so); a change both must reje
 listener on a port the test holds bound) exits 1 naming each Envoy, its replica, the
 listener, the etcd key and mod revision it came from and Envoy's message. ``status``,
 ``dump`` and ``diff --etcd`` find each Envoy on its replica (``diff`` names the rejected
-listener's key). With one replica killed (its registration outlives it until its lease
-lapses), the wait, ``status``, ``dump`` and ``diff`` name it and exit 1.
+listener's key; with no replica registered yet, ``status`` says so and exits 1). With one
+replica killed (its registration outlives it until its lease lapses), the wait,
+``status``, ``dump`` and ``diff`` name it and exit 1.
 """
 
 from __future__ import annotations
@@ -62,6 +63,9 @@ async def test_apply_wait_over_two_replicas(tmp_path: Path, etcd: EtcdServer) ->
         code, out = await apply(config, etcd.url)
         assert code == 0, out
         source = ["--etcd", etcd.url, "--prefix", PREFIX]
+        code, out, err = await xdscore("status", *source)
+        assert (code, out) == (1, ""), out + err
+        assert f"xdscore: no replica is registered under {PREFIX} in {etcd.url}" in err, err
         async with replicas([source, source]) as two:
             sotw = envoy_bootstrap(xds_port=two[0].port, node_id="edge-sotw")
             delta = envoy_bootstrap(xds_port=two[1].port, node_id="edge-delta", delta=True)

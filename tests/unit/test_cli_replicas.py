@@ -201,3 +201,15 @@ async def test_diff_takes_admin_with_one_server_only(capsys: pytest.CaptureFixtu
     code, _, err = await xdscore([*argv, "127.0.0.1:3", "--envoy-admin", "127.0.0.1:4"], capsys)
     assert code == 2
     assert err == "xdscore diff: --admin goes with one --server\n"
+
+
+async def test_etcd_that_cannot_be_asked_is_exit_status_1(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    for argv in (["status", "--etcd", url], ["dump", "--etcd", url, "--node", "edge-1"]):
+        code, out, err = await xdscore(argv, capsys)
+        assert (code, out) == (1, ""), err
+        assert err.startswith("xdscore: cannot read the replicas of '/xdscore': "), err
+    code, _, err = await xdscore(["status", "--etcd", "nope://x"], capsys)
+    assert code == 2, err
