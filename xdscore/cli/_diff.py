@@ -818,7 +818,7 @@ def _show_comparisons(
 
 async def run(args: argparse.Namespace) -> int:
     """Run ``diff``; the exit status."""
-    if args.admin is not None and (args.etcd is not None or len(args.server) > 1):
+    if args.admin is not None and many(args):
         print("xdscore diff: --admin goes with one --server", file=sys.stderr)
         return EXIT_USAGE
     try:
@@ -850,10 +850,9 @@ async def run(args: argparse.Namespace) -> int:
                     file=sys.stderr,
                 )
             return EXIT_USAGE
-        asked = len(answers.answered)
-        which = f"none of the {asked} replica(s) that answered" if answers.unanswered else ""
         print(
-            f"xdscore: {which or 'no replica'} has a client with node id {node!r}", file=sys.stderr
+            f"xdscore: {answers.without()} has a client with node id {node!r}",
+            file=sys.stderr,
         )
         return EXIT_FAILED if answers.unanswered else EXIT_USAGE
     compared = []

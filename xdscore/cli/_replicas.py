@@ -80,6 +80,13 @@ class Answers:
                 out.append((replica, [r for client in clients for r in client.resources]))
         return out
 
+    def without(self) -> str:
+        """Which replicas lack a node asked for: ``no replica``, or, when some could not be
+        asked, ``none of the N replica(s) that answered``."""
+        if not self.unanswered:
+            return "no replica"
+        return f"none of the {len(self.answered)} replica(s) that answered"
+
     def say_unanswered(self) -> None:
         """Name on stderr each replica that could not be asked."""
         for line in self.unanswered:

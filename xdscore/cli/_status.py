@@ -1,6 +1,8 @@
 """``xdscore status`` and ``xdscore dump``: a control plane's proxies, as CSDS tells them.
 
-Both speak only the Client Status Discovery Service, so they work against any CSDS server.
+Both speak only the Client Status Discovery Service, so they work against any CSDS server;
+with ``--etcd`` or ``--server`` repeated they ask every replica, each answer labelled with
+its replica (`xdscore.cli._replicas`).
 ``status`` prints one line per proxy with each type's state, as ``istioctl proxy-status``
 does; ``dump`` prints what one proxy holds, resource by resource, as the server sees it.
 """
@@ -194,14 +196,8 @@ def _dump(args: argparse.Namespace, replicas: list[Replica], answers: Answers) -
             print(json.dumps(document, indent=2))
         answers.say_unanswered()
         if not found:
-            asked = len(answers.answered)
-            which = (
-                "no replica"
-                if not answers.unanswered
-                else f"none of the {asked} replica(s) that answered"
-            )
             print(
-                f"xdscore: {which} has a client with node id {node!r}{_hidden(args)}",
+                f"xdscore: {answers.without()} has a client with node id {node!r}{_hidden(args)}",
                 file=sys.stderr,
             )
         return EXIT_FAILED if answers.unanswered or not found else EXIT_OK
