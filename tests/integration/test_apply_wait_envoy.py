@@ -4,8 +4,11 @@ One Envoy takes SotW ADS from the first replica, the other Delta ADS from the se
 replicas register themselves under the prefix, and the waits find them there. A good change
 returns 0 once both hold it (their config dumps say so); a change both must reject (a
 listener on a port the test holds bound) exits 1 naming each Envoy, its replica, the
-listener, the etcd key and mod revision it came from and Envoy's message; with one replica
-killed (its registration outlives it until its lease lapses), the wait names it and fails.
+listener, the etcd key and mod revision it came from and Envoy's message. ``status``,
+``dump`` and ``diff --etcd`` find each Envoy on its replica (``diff`` names the rejected
+listener's key; with no replica registered yet, ``status`` says so and exits 1). With one
+replica killed (its registration outlives it until its lease lapses), the wait,
+``status``, ``dump`` and ``diff`` name it and exit 1.
 """
 
 from __future__ import annotations
@@ -60,6 +63,9 @@ async def test_apply_wait_over_two_replicas(tmp_path: Path, etcd: EtcdServer) ->
         code, out = await apply(config, etcd.url)
         assert code == 0, out
         source = ["--etcd", etcd.url, "--prefix", PREFIX]
+        code, out, err = await xdscore("status", *source)
+        assert (code, out) == (1, ""), out + err
+        assert f"xdscore: no replica is registered under {PREFIX} in {etcd.url}" in err, err
         async with replicas([source, source]) as two:
             sotw = envoy_bootstrap(xds_port=two[0].port, node_id="edge-sotw")
             delta = envoy_bootstrap(xds_port=two[1].port, node_id="edge-delta", delta=True)
@@ -109,6 +115,19 @@ async def test_apply_wait_over_two_replicas(tmp_path: Path, etcd: EtcdServer) ->
                 assert code == 0, out + err
                 seen = {(p["node"], p["replica"]) for p in json.loads(out)["proxies"]}
                 assert seen == {("edge-sotw", ids[0]), ("edge-delta", ids[1])}, out
+                # dump and diff --etcd find the replica each Envoy is on; diff names the
+                # rejected listener's etcd key as its source.
+                across = ("--etcd", etcd.url, "--prefix", PREFIX)
+                code, out, err = await xdscore("dump", *across, "--node", "edge-delta")
+                assert code == 0, out + err
+                assert [r["replica"] for r in json.loads(out)["replicas"]] == [ids[1]], out
+                diff = ("diff", *across, "--envoy-admin")
+                code, out, err = await xdscore(*diff, other.admin_address)
+                assert code == 1, out + err
+                assert out.startswith(f"replica {ids[1]}: node edge-delta (Delta): NOT IN"), out
+                rows = out.splitlines()
+                (row,) = [i for i, x in enumerate(rows) if x.startswith("ERROR    lds  listener_b")]
+                assert rows[row + 1].startswith(f"    source: {key} (mod revision "), out
 
                 # (3) A replica killed: its registration outlives it (until its lease
                 # lapses), and the wait names it and fails; the fix lands on the other.
@@ -117,7 +136,8 @@ async def test_apply_wait_over_two_replicas(tmp_path: Path, etcd: EtcdServer) ->
                 code, out, err = await xdscore(*status)
                 assert code == 1, out + err
                 assert [p["node"] for p in json.loads(out)["proxies"]] == ["edge-sotw"], out
-                assert f"cannot ask replica {ids[1]} at 127.0.0.1:{two[1].port}" in err, err
+                dead = f"xdscore: cannot ask replica {ids[1]} at 127.0.0.1:{two[1].port}"
+                assert dead in err, err
                 write_extra_listeners(config, listener_good=good)
                 code, out = await apply(config, etcd.url, "--wait", "--timeout", "3s")
                 assert code == 1, out
@@ -125,3 +145,17 @@ async def test_apply_wait_over_two_replicas(tmp_path: Path, etcd: EtcdServer) ->
                 ports_now = await listener_ports(one)
                 assert ports_now.get("listener_good") == good
                 assert "listener_blocked" not in ports_now
+                # dump and diff --etcd name the dead replica too, and exit 1 for it even
+                # where what they could ask is in order.
+                code, out, err = await xdscore("dump", *across, "--node", "edge-sotw")
+                assert code == 1, out + err
+                assert [r["replica"] for r in json.loads(out)["replicas"]] == [ids[0]], out
+                assert err.startswith(dead), err
+                code, out, err = await eventually(
+                    lambda: xdscore(*diff, one.admin_address),
+                    lambda r: ": in sync:" in r[1].partition("\n")[0],
+                    "diff --etcd in sync with the live replica",
+                )
+                assert code == 1, out + err
+                assert out.startswith(f"replica {ids[0]}: node edge-sotw (State of the World)")
+                assert err.startswith(dead), err

@@ -167,6 +167,7 @@ async def test_a_rejected_listener_is_seen_everywhere_then_synced(tmp_path: Path
         async with serve(config, xds, admin, log) as server, Envoy(bootstrap) as envoy:
             server_args = ("--server", f"127.0.0.1:{xds}")
             diff_args = ("diff", *server_args, "--envoy-admin", envoy.admin_address)
+            diff_args += ("--admin", f"127.0.0.1:{admin}")  # to name each resource's source
 
             # (1) Envoy converges and serves traffic through the listener.
             await eventually(lambda: body(first), lambda b: b == BODY, "traffic through Envoy")
@@ -227,6 +228,9 @@ async def test_a_rejected_listener_is_seen_everywhere_then_synced(tmp_path: Path
             assert "NOT IN SYNC" in out.splitlines()[0], out
             (row,) = [x for x in out.splitlines() if x.split()[1:3] == ["lds", "listener_0"]]
             assert row.startswith("ERROR"), out
+            assert out.splitlines()[out.splitlines().index(row) + 1] == (
+                "    source: listeners.yaml (document 1)"
+            ), out
             assert f"Envoy's error: cannot bind '127.0.0.1:{blocked}'" in out, out
             assert f"address.socket_address.port_value: {first} != {blocked}" in out, out
 

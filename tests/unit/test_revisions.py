@@ -199,6 +199,11 @@ async def test_a_nack_is_reported_with_what_was_rejected_and_where_it_came_from(
         assert held == {"easy": bad.revision, "picky": good.revision}
         with pytest.raises(AssertionError, match="404"):
             admin_get(p.server, "/revision", "id=0123456789abcdef")
+        # /config_dump names each resource's source (diff reads it); None where not said.
+        dumped = admin_get(p.server, "/config_dump", "node=picky&type=cds")
+        (clusters,) = dumped["types"]
+        sources = {r["name"]: r["source"] for r in clusters["resources"]}
+        assert sources == {"a": None, "b": None, "bad": "clusters.yaml, document 3"}
 
         # The fix: both hold it, the NACK is behind them.
         p.cache.set_snapshot(None, config(81))

@@ -42,11 +42,16 @@ EXAMPLES = {
   xdscore analyze ./config --format json --min-severity warning""",
     "status": """\
   xdscore status --server 127.0.0.1:18000
-  xdscore status --server 127.0.0.1:18000 --node edge- --format json""",
+  xdscore status --server 127.0.0.1:18000 --node edge- --format json
+  xdscore status --etcd http://127.0.0.1:2379 --prefix /xds
+  xdscore status --server 10.0.0.5:18000 --server 10.0.0.6:18000""",
     "dump": """\
-  xdscore dump --server 127.0.0.1:18000 --node envoy-1 --type cds""",
+  xdscore dump --server 127.0.0.1:18000 --node envoy-1 --type cds
+  xdscore dump --etcd http://127.0.0.1:2379 --prefix /xds --node envoy-1""",
     "diff": """\
-  xdscore diff --server 127.0.0.1:18000 --envoy-admin 127.0.0.1:9901""",
+  xdscore diff --server 127.0.0.1:18000 --envoy-admin 127.0.0.1:9901
+  xdscore diff --server 127.0.0.1:18000 --admin 127.0.0.1:9100 --envoy-admin 127.0.0.1:9901
+  xdscore diff --etcd http://127.0.0.1:2379 --prefix /xds --envoy-admin 127.0.0.1:9901""",
     "bootstrap": """\
   xdscore bootstrap envoy --server 127.0.0.1:18000 --node edge-1 > envoy.yaml
   envoy -c envoy.yaml
@@ -77,13 +82,14 @@ EXIT_STATUSES = """\
      proxy hold the revision
   1  the command ran and could not do its work: a configuration serve refuses (analyze
      exits 1 for the same directories), an address it cannot listen on, a server status
-     or dump cannot reach (or that has no such node); for diff, Envoy differs; for wait,
-     a proxy rejected the revision or did not answer in time, or a replica could not
-     be asked or never adopted it
+     or dump cannot reach (or that has no such node); with --etcd or a repeated
+     --server, a replica status, dump or diff cannot ask, or none registered; for diff,
+     Envoy differs; for wait, a proxy rejected the revision or did not answer in time,
+     or a replica could not be asked or never adopted it
   2  the command line is wrong: an unknown flag, a bad value, flags that do not go
      together (scopes.yaml selecting on a node field the identity flags leave free among
-     them), a DIR or TLS file that does not exist or does not load; for diff, either
-     side cannot be asked"""
+     them), a DIR or TLS file that does not exist or does not load; for diff, Envoy or
+     the one control plane given cannot be asked"""
 """What ``xdscore --help`` says of the exit statuses (docs/operations.md says it too)."""
 
 

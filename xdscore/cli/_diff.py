@@ -31,6 +31,10 @@ tells:
 A resource the control plane reports NACKED whose content Envoy holds, active and as
 intended, matches (Envoy applied it from a response it rejected for another resource); the
 NACK is shown with it.
+
+With replicas (``--etcd``, or ``--server`` repeated), Envoy is compared with each replica
+that has a client of its node. A resource that does not match is named with its source,
+read from the control plane's admin ``/config_dump`` where its address is known.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ import base64
 import http.client
 import json
 import sys
+import urllib.parse
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -47,7 +52,6 @@ import anyio
 import anyio.to_thread
 import attrs
 
-from .._errors import ProtocolError, StreamClosed
 from ..wire._csds import IdMatcher, ResourceReport
 from ..wire._messages import resource_json
 from ..wire._typeurls import CLUSTER, ENDPOINT, LISTENER, ROUTE, SECRET, type_info
@@ -60,7 +64,7 @@ from ._common import (
     client_ssl_context,
     positive,
 )
-from ._status import fetch_reports
+from ._replicas import Answers, Replica, add_server_flags, ask_replicas, find_replicas, many
 
 __all__ = [
     "STATES",
@@ -68,6 +72,7 @@ __all__ = [
     "EnvoyResource",
     "ResourceDiff",
     "add_parser",
+    "admin_sources",
     "compare",
     "dump_node_id",
     "dump_protocol",
@@ -151,6 +156,9 @@ class ResourceDiff:
     notes: tuple[str, ...] = ()
     labels_differ: bool = False
     """It matches by content; Envoy's version labels for it are not the control plane's."""
+    source: str = ""
+    """Where the control plane's resource came from (a file and document, an etcd key and
+    mod revision, an embedder's label), when its admin endpoint told; "" otherwise."""
 
     @property
     def short(self) -> str:
@@ -564,10 +572,15 @@ def _eds_names(envoy: Mapping[tuple[str, str], EnvoyResource]) -> set[str]:
 
 
 def compare(
-    config_dump: Mapping[str, Any], reports: Iterable[ResourceReport], *, node: str = ""
+    config_dump: Mapping[str, Any],
+    reports: Iterable[ResourceReport],
+    *,
+    node: str = "",
+    sources: Mapping[tuple[str, str], str] | None = None,
 ) -> Comparison:
     """Compare Envoy's parsed ``/config_dump?include_eds`` with the CSDS reports of its
-    node, resource by resource; pure."""
+    node, resource by resource; pure. ``sources`` (by type URL and name, from the control
+    plane's admin endpoint: `admin_sources`) name where each resource came from."""
     envoy = envoy_resources(config_dump)
     protocol = dump_protocol(config_dump)
     type_versions = _type_versions(config_dump)
@@ -600,6 +613,13 @@ def compare(
                 )
             continue
         out.append(_with_plane(protocol, type_versions.get(key[0], ""), held, report))
+    if sources:
+        out = [
+            attrs.evolve(r, source=sources[(r.type_url, r.name)])
+            if (r.type_url, r.name) in sources
+            else r
+            for r in out
+        ]
     out.sort(key=lambda r: (type_info(r.type_url).rank, r.type_url, r.name))
     return Comparison(
         node=node or dump_node_id(config_dump),
@@ -633,6 +653,8 @@ def render_text(comparison: Comparison) -> str:
             f" ({r.plane_status})" if r.plane_status else ""
         )
         lines.append(f"{r.state:<8} {r.short:<4} {r.name:<{width}}  {envoy}  {plane}")
+        if r.source and r.state != "MATCH":
+            lines.append(f"    source: {r.source}")
         if r.envoy_error:
             lines.append(f"    Envoy's error: {r.envoy_error}")
         if r.plane_error:
@@ -657,6 +679,17 @@ def render_json(comparison: Comparison) -> dict[str, Any]:
     }
 
 
+def admin_sources(config_dump: Mapping[str, Any]) -> dict[tuple[str, str], str]:
+    """Each resource's source in the control plane's admin ``/config_dump?node=ID``, by
+    (type URL, name) (resources whose source is not said left out)."""
+    out = {}
+    for entry in config_dump.get("types", ()):
+        for resource in entry.get("resources", ()):
+            if resource.get("source"):
+                out[(str(entry["type_url"]), str(resource["name"]))] = str(resource["source"])
+    return out
+
+
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``diff`` and its flags."""
     diff = commands.add_parser(
@@ -665,16 +698,28 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Read Envoy's /config_dump?include_eds from its admin endpoint and the "
         "control plane's view of the same node over CSDS, and compare them resource by "
         "resource: what matches, what differs (field by field), what Envoy lacks, what it "
-        "has that it should not, and what it holds in an error state. Exits 0 when in sync, "
-        "1 when anything differs, 2 when either side cannot be asked.",
+        "has that it should not, and what it holds in an error state; a resource that does "
+        "not match is named with its source when the control plane's admin endpoint is "
+        "known (--admin, or registered with --etcd). With --etcd or several --server, every "
+        "replica is asked, and Envoy is compared with each replica it is connected to. "
+        "Exits 0 when in sync, 1 when anything differs or a replica cannot be asked, 2 when "
+        "Envoy, or the only control plane given, cannot be asked.",
     )
-    diff.add_argument("--server", type=address, required=True, metavar="HOST:PORT")
+    add_server_flags(diff, "the comparison")
     diff.add_argument(
         "--envoy-admin",
         type=address,
         required=True,
         metavar="HOST:PORT",
         help="Envoy's admin endpoint",
+    )
+    diff.add_argument(
+        "--admin",
+        type=address,
+        metavar="HOST:PORT",
+        help="with one --server, that control plane's admin endpoint (serve --admin), read "
+        "to name where each resource that does not match came from (with --etcd, the "
+        "replicas' registered ones are read)",
     )
     diff.add_argument(
         "--node", default="", metavar="ID", help="the node id (default: the one Envoy reports)"
@@ -694,9 +739,9 @@ class _CannotAsk(Exception):
     """One side could not be asked; the message is the one line printed."""
 
 
-def _get_json(host: str, port: int, path: str, timeout: float) -> Any:
+def _get_json(host: str, port: int, path: str, timeout: float, what: str = "Envoy admin") -> Any:
     """GET ``path`` from an HTTP server and parse the body as JSON (blocking)."""
-    where = f"Envoy admin at {host}:{port}{path}"
+    where = f"{what} at {host}:{port}{path}"
     connection = http.client.HTTPConnection(host, port, timeout=timeout)
     try:
         connection.request("GET", path)
@@ -730,36 +775,91 @@ async def _envoy(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     return dump, node
 
 
-async def _plane(args: argparse.Namespace, node: str) -> list[ResourceReport]:
-    """The control plane's reports of ``node`` (every client with that id, merged)."""
-    host, port = args.server
+async def _sources(admin: str, node: str, timeout: float) -> dict[tuple[str, str], str]:
+    """Where each resource of ``node`` came from, as the admin endpoint at ``admin`` says;
+    nothing (after a warning on stderr) when it cannot be asked."""
+    if not admin:
+        return {}
+    host, port = address(admin)
+    path = "/config_dump?node=" + urllib.parse.quote(node, safe="")
     try:
-        context = client_ssl_context(args)
-    except ValueError as exc:
-        raise _CannotAsk(str(exc)) from None
-    try:
-        with anyio.fail_after(args.timeout):
-            clients = await fetch_reports(host, port, [IdMatcher("exact", node)], context)
-    except (ProtocolError, StreamClosed) as exc:
-        raise _CannotAsk(f"control plane at {host}:{port}: {exc}") from None
-    except TimeoutError:
-        raise _CannotAsk(f"control plane at {host}:{port}: no answer in {args.timeout}s") from None
-    if not clients:
-        raise _CannotAsk(f"control plane at {host}:{port} has no client with node id {node!r}")
-    return [report for client in clients for report in client.resources]
+        found = await anyio.to_thread.run_sync(
+            _get_json, host, port, path, timeout, "control plane admin"
+        )
+    except _CannotAsk as exc:
+        print(f"xdscore: sources not shown: {exc}", file=sys.stderr)
+        return {}
+    return admin_sources(found)
+
+
+def _show_comparisons(
+    args: argparse.Namespace, compared: list[tuple[Replica, Comparison]], answers: Answers
+) -> None:
+    """Print the comparisons, each labelled with its replica when replicas were asked."""
+    if not many(args):
+        ((_, comparison),) = compared
+        if args.format == "json":
+            print(json.dumps(render_json(comparison), indent=2))
+        else:
+            print(render_text(comparison))
+        return
+    if args.format == "json":
+        document = {
+            "comparisons": [
+                {"replica": replica.label, **render_json(comparison)}
+                for replica, comparison in compared
+            ],
+            "unanswered": list(answers.unanswered),
+        }
+        print(json.dumps(document, indent=2))
+        return
+    print("\n\n".join(f"replica {r.label}: {render_text(c)}" for r, c in compared))
 
 
 async def run(args: argparse.Namespace) -> int:
     """Run ``diff``; the exit status."""
+    if args.admin is not None and many(args):
+        print("xdscore diff: --admin goes with one --server", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        context = client_ssl_context(args)
+    except ValueError as exc:
+        print(f"xdscore diff: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         dump, node = await _envoy(args)
-        reports = await _plane(args, node)
     except _CannotAsk as exc:
         print(f"xdscore: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    comparison = compare(dump, reports, node=node)
-    if args.format == "json":
-        print(json.dumps(render_json(comparison), indent=2))
-    else:
-        print(render_text(comparison))
-    return EXIT_OK if comparison.in_sync else EXIT_FAILED
+    replicas = await find_replicas(args)
+    if isinstance(replicas, int):
+        return replicas
+    if args.admin is not None:
+        replicas = [attrs.evolve(replicas[0], admin=f"{args.admin[0]}:{args.admin[1]}")]
+    answers = await ask_replicas(
+        replicas, [IdMatcher("exact", node)], context, timeout=args.timeout
+    )
+    found = answers.of_node(node)
+    answers.say_unanswered()
+    if not found:
+        if not many(args):  # the one control plane given could not be asked, or lacks it
+            if not answers.unanswered:
+                print(
+                    f"xdscore: control plane at {replicas[0].xds} has no client with node "
+                    f"id {node!r}",
+                    file=sys.stderr,
+                )
+            return EXIT_USAGE
+        print(
+            f"xdscore: {answers.without()} has a client with node id {node!r}",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED if answers.unanswered else EXIT_USAGE
+    compared = []
+    for replica, reports in found:
+        sources = await _sources(replica.admin, node, args.timeout)
+        compared.append((replica, compare(dump, reports, node=node, sources=sources)))
+    _show_comparisons(args, compared, answers)
+    if answers.unanswered:
+        return EXIT_FAILED
+    return EXIT_OK if all(c.in_sync for _, c in compared) else EXIT_FAILED

@@ -1,6 +1,8 @@
 """``xdscore status`` and ``xdscore dump``: a control plane's proxies, as CSDS tells them.
 
-Both speak only the Client Status Discovery Service, so they work against any CSDS server.
+Both speak only the Client Status Discovery Service, so they work against any CSDS server;
+with ``--etcd`` or ``--server`` repeated they ask every replica, each answer labelled with
+its replica (`xdscore.cli._replicas`).
 ``status`` prints one line per proxy with each type's state, as ``istioctl proxy-status``
 does; ``dump`` prints what one proxy holds, resource by resource, as the server sees it.
 """
@@ -9,39 +11,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import ssl
 import sys
-from collections.abc import Iterable
 from typing import Any
 
-import anyio
-
-from .._errors import ProtocolError, StreamClosed
-from ..etcd import DEFAULT_PREFIX, EtcdError
-from ..etcd._replicas import read_replicas
-from ..wire._csds import (
-    ClientReport,
-    IdMatcher,
-    ResourceReport,
-    decode_status_response,
-    encode_status_query,
-)
+from ..wire._csds import ClientReport, IdMatcher, ResourceReport
 from ..wire._messages import resource_json
 from ..wire._typeurls import type_info
-from ._common import (
-    EXIT_FAILED,
-    EXIT_OK,
-    EXIT_USAGE,
-    add_client_tls,
-    address,
-    client_ssl_context,
-    connect_etcd,
-)
+from ._common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, add_client_tls, client_ssl_context
+from ._replicas import Answers, Replica, add_server_flags, ask_replicas, find_replicas, many
 
-__all__ = ["COMMANDS", "add_parsers", "fetch_reports", "run", "type_states"]
+__all__ = ["COMMANDS", "add_parsers", "run", "type_states"]
 
 COMMANDS = ("status", "dump")
-_CSDS = "/envoy.service.status.v3.ClientStatusDiscoveryService/StreamClientStatus"
 _WORST = ("ERROR", "STALE", "NOT_SENT", "UNKNOWN", "SYNCED")
 _WORDS = {"ERROR": "NACKED", "STALE": "STALE", "NOT_SENT": "NOT SENT", "SYNCED": "SYNCED"}
 
@@ -53,21 +34,11 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help="list a control plane's proxies and whether each type is in sync (CSDS)",
         description="Ask the server's Client Status Discovery Service about its proxies "
         "and print one line per proxy: its node id and each type's state (SYNCED, STALE, "
-        "NACKED, NOT SENT) with its resource count and version.",
+        "NACKED, NOT SENT) with its resource count and version. With --etcd or several "
+        "--server, every replica is asked and each proxy is shown with its replica (a "
+        "REPLICA column).",
     )
-    servers = status.add_mutually_exclusive_group(required=True)
-    servers.add_argument("--server", type=address, metavar="HOST:PORT")
-    servers.add_argument(
-        "--etcd",
-        metavar="URL",
-        help="ask every replica registered under --prefix in this etcd (serve --etcd "
-        "registers each), each proxy shown with its replica",
-    )
-    status.add_argument(
-        "--prefix",
-        default=DEFAULT_PREFIX,
-        help=f"with --etcd, the prefix the replicas serve (default {DEFAULT_PREFIX})",
-    )
+    add_server_flags(status, "each proxy")
     status.add_argument("--node", default="", metavar="PREFIX", help="only node ids so starting")
     status.add_argument("--format", choices=("table", "json"), default="table")
     add_client_tls(status)
@@ -76,33 +47,14 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help="print what one proxy holds, as the control plane sees it (CSDS)",
         description="Print each resource the server believes the proxy holds, is being sent "
         "or asked for, with its version and state, and the resource itself in the proto3 "
-        "JSON mapping.",
+        "JSON mapping. With --etcd or several --server, every replica is asked, and the "
+        "proxy is shown once for each replica it is connected to: "
+        '{"node", "replicas": [{"replica", "types"}], "unanswered"}.',
     )
-    dump.add_argument("--server", type=address, required=True, metavar="HOST:PORT")
+    add_server_flags(dump, "what each replica reports")
     dump.add_argument("--node", required=True, metavar="ID", help="the proxy's node id")
     dump.add_argument("--type", default="", metavar="SHORT", help="only this type (cds, ...)")
     add_client_tls(dump)
-
-
-async def fetch_reports(
-    host: str,
-    port: int,
-    matchers: Iterable[IdMatcher],
-    ssl_context: ssl.SSLContext | None = None,
-) -> list[ClientReport]:
-    """Ask the CSDS server at ``host:port`` about the clients ``matchers`` select (over TLS
-    with ``ssl_context``)."""
-    from ..transport.grpclib.client import open_channel
-
-    async with (
-        open_channel(host, port, ssl_context=ssl_context) as channel,
-        channel.stream(_CSDS) as stream,
-    ):
-        await stream.send(encode_status_query(matchers))
-        data = await stream.receive()
-    if data is None:
-        raise StreamClosed("the server closed the stream without answering")
-    return decode_status_response(data)
 
 
 def type_states(client: ClientReport) -> dict[str, dict[str, Any]]:
@@ -170,106 +122,114 @@ def _report_json(report: ResourceReport, with_content: bool) -> dict[str, Any]:
     return document
 
 
-async def _replicas(
-    args: argparse.Namespace, matchers: list[IdMatcher], context: ssl.SSLContext | None
-) -> int:
-    """``status --etcd``: every registered replica asked, each proxy with its replica; a
-    replica that cannot be asked is named (and the exit status is 1)."""
-    client = connect_etcd(args.etcd, "cannot find the replicas")
-    if isinstance(client, int):
-        return client
-    try:
-        entries = await read_replicas(client, args.prefix)
-    except EtcdError as exc:
-        print(f"xdscore: {exc}", file=sys.stderr)
-        return EXIT_FAILED
-    finally:
-        await client.close()
-    rows: list[tuple[str, ClientReport]] = []
-    failed = []
-    for entry in entries:
-        try:
-            host, port = address(entry.xds)
-            with anyio.fail_after(10):
-                found = await fetch_reports(host, port, matchers, context)
-        except (ProtocolError, StreamClosed, OSError, TimeoutError) as exc:
-            failed.append(
-                f"replica {entry.replica} at {entry.xds}: {str(exc) or type(exc).__name__}"
+def _status(args: argparse.Namespace, replicas: list[Replica], answers: Answers) -> int:
+    """Print ``status``; the exit status."""
+    rows = answers.rows()
+    if many(args):
+        if args.format == "json":
+            document = [
+                {
+                    "replica": r,
+                    "node": c.node.id,
+                    "cluster": c.node.cluster,
+                    "types": type_states(c),
+                }
+                for r, c in rows
+            ]
+            print(
+                json.dumps({"proxies": document, "unanswered": list(answers.unanswered)}, indent=2)
             )
-            continue
-        except argparse.ArgumentTypeError as exc:
-            failed.append(f"replica {entry.replica}: {exc}")
-            continue
-        rows += [(entry.replica, report) for report in found]
+        elif rows:
+            print(_table([c for _, c in rows], [r for r, _ in rows]))
+        elif not answers.unanswered:
+            where = f"under {args.prefix}" if args.etcd is not None else "given"
+            print(f"no proxy is connected to the {len(replicas)} replica(s) {where}")
+        answers.say_unanswered()
+        return EXIT_FAILED if answers.unanswered else EXIT_OK
+    if answers.unanswered:
+        answers.say_unanswered()
+        return EXIT_FAILED
+    clients = [c for _, c in rows]
     if args.format == "json":
         document = [
-            {"replica": r, "node": c.node.id, "cluster": c.node.cluster, "types": type_states(c)}
-            for r, c in rows
+            {"node": c.node.id, "cluster": c.node.cluster, "types": type_states(c)} for c in clients
         ]
-        print(json.dumps({"proxies": document, "unanswered": failed}, indent=2))
-    elif rows:
-        print(_table([c for _, c in rows], [r for r, _ in rows]))
-    elif not failed:
-        print(f"no proxy is connected to the {len(entries)} replica(s) under {args.prefix}")
-    for line in failed:
-        print(f"xdscore: cannot ask {line}", file=sys.stderr)
-    if not entries:
-        print(f"xdscore: no replica is registered under {args.prefix}", file=sys.stderr)
+        print(json.dumps(document, indent=2))
+    elif clients:
+        print(_table(clients))
+    else:
+        which = f" whose node id starts with {args.node!r}" if args.node else ""
+        print(f"no proxy{which}{_hidden(args)} is connected to {replicas[0].xds}")
+    return EXIT_OK
+
+
+def _hidden(args: argparse.Namespace) -> str:
+    # With a client certificate, CSDS answers about the certificate's own nodes only.
+    return " that this certificate may see" if args.tls_cert is not None else ""
+
+
+def _types(reports: list[ResourceReport], wanted: str) -> dict[str, list[dict[str, Any]]]:
+    """``dump``'s resources by type URL (only ``wanted``'s, when given)."""
+    types: dict[str, list[dict[str, Any]]] = {}
+    for report in reports:
+        info = type_info(report.type_url)
+        if wanted and wanted not in (info.short_name, report.type_url):
+            continue
+        types.setdefault(report.type_url, []).append(_report_json(report, True))
+    return types
+
+
+def _dump(args: argparse.Namespace, replicas: list[Replica], answers: Answers) -> int:
+    """Print ``dump``; the exit status."""
+    node = args.node
+    found = answers.of_node(node)
+    if many(args):
+        if found:
+            document = {
+                "node": node,
+                "replicas": [
+                    {"replica": replica.label, "types": _types(reports, args.type)}
+                    for replica, reports in found
+                ],
+                "unanswered": list(answers.unanswered),
+            }
+            print(json.dumps(document, indent=2))
+        answers.say_unanswered()
+        if not found:
+            print(
+                f"xdscore: {answers.without()} has a client with node id {node!r}{_hidden(args)}",
+                file=sys.stderr,
+            )
+        return EXIT_FAILED if answers.unanswered or not found else EXIT_OK
+    if answers.unanswered:
+        answers.say_unanswered()
         return EXIT_FAILED
-    return EXIT_FAILED if failed else EXIT_OK
+    if not found:
+        print(
+            f"xdscore: {replicas[0].xds} has no client with node id {node!r}{_hidden(args)}",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
+    ((_, reports),) = found
+    print(json.dumps({"node": node, "types": _types(reports, args.type)}, indent=2))
+    return EXIT_OK
 
 
 async def run(args: argparse.Namespace) -> int:
     """Run ``status`` or ``dump``; the exit status."""
-    if args.command == "status" and args.etcd is not None:
-        try:
-            context = client_ssl_context(args)
-        except ValueError as exc:
-            print(f"xdscore {args.command}: {exc}", file=sys.stderr)
-            return EXIT_USAGE
-        matchers = [IdMatcher("prefix", args.node)] if args.node else []
-        return await _replicas(args, matchers, context)
-    host, port = args.server
-    node = args.node
-    matcher = IdMatcher("prefix" if args.command == "status" else "exact", node)
     try:
         context = client_ssl_context(args)
     except ValueError as exc:
         print(f"xdscore {args.command}: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    try:
-        clients = await fetch_reports(host, port, [matcher] if node else [], context)
-    except (ProtocolError, StreamClosed) as exc:
-        print(f"xdscore: {host}:{port}: {exc}", file=sys.stderr)
-        return EXIT_FAILED
-    # With a client certificate, CSDS answers about the certificate's own nodes only.
-    hidden = " that this certificate may see" if args.tls_cert is not None else ""
+    replicas = await find_replicas(args)
+    if isinstance(replicas, int):
+        return replicas
     if args.command == "status":
-        if args.format == "json":
-            document = [
-                {"node": c.node.id, "cluster": c.node.cluster, "types": type_states(c)}
-                for c in clients
-            ]
-            print(json.dumps(document, indent=2))
-        elif clients:
-            print(_table(clients))
-        else:
-            which = f" whose node id starts with {node!r}" if node else ""
-            print(f"no proxy{which}{hidden} is connected to {host}:{port}")
-        return EXIT_OK
-    if not clients:
-        print(
-            f"xdscore: {host}:{port} has no client with node id {node!r}{hidden}",
-            file=sys.stderr,
-        )
-        return EXIT_FAILED
-    wanted = args.type
-    types: dict[str, list[dict[str, Any]]] = {}
-    for client in clients:
-        for report in client.resources:
-            info = type_info(report.type_url)
-            if wanted and wanted not in (info.short_name, report.type_url):
-                continue
-            types.setdefault(report.type_url, []).append(_report_json(report, True))
-    print(json.dumps({"node": node, "types": types}, indent=2))
-    return EXIT_OK
+        matchers = [IdMatcher("prefix", args.node)] if args.node else []
+    else:
+        matchers = [IdMatcher("exact", args.node)]
+    answers = await ask_replicas(replicas, matchers, context)
+    if args.command == "status":
+        return _status(args, replicas, answers)
+    return _dump(args, replicas, answers)

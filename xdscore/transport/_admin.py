@@ -12,7 +12,8 @@ uvicorn on a port of its own. Every route is a GET:
   the newest): which proxies it changed, which hold it, rejected it (what, from where,
   Envoy's message) or are pending; 404 for a revision this server does not know;
 * ``/config_dump?node=ID``: JSON, what the control plane would send that node now, each
-  resource in the proto3 JSON mapping with its version;
+  resource in the proto3 JSON mapping with its version and its source (where it came
+  from, as the snapshot's provenance says; ``null`` when not said);
 * ``/healthz``: 200 while the process serves HTTP; ``/readyz``: 200 once a transport
   listens and the cache has something to serve, else 503.
 
@@ -188,6 +189,7 @@ class AdminApp:
         wanted = _one(query, "type", default="")
         if wanted and wanted not in _KNOWN_TYPES and wanted not in self._type_urls(node_id):
             raise _Reply(400, f"unknown type {wanted!r}; give a short name (cds, eds, ...)")
+        revisions = self.server.revisions
         types = []
         for type_url in self._type_urls(node_id):
             info = type_info(type_url)
@@ -204,6 +206,7 @@ class AdminApp:
                         {
                             "name": name,
                             "version": resource.version,
+                            "source": revisions.source_of(resource),
                             "resource": resource_json(resource),
                         }
                         for name, resource in sorted(resources.items())
