@@ -48,6 +48,7 @@ import anyio.to_thread
 
 from xdscore import LinearCache, MuxCache, Snapshot, SnapshotCache, XdsServer, same_for_all
 from xdscore import builders as b
+from xdscore._memos import usage as memo_usage
 from xdscore.server import LOOPS, ServerLimits, loop_options, tune_collector
 from xdscore.transport import GrpclibTransport, Http2Transport
 from xdscore.wire._typeurls import ENDPOINT
@@ -109,9 +110,9 @@ class Diagnostics:
 
     Each report has the RSS; what a full collection found in reference cycles (by type,
     and the bytes and strings those hold), which is what waits for the collector; the count
-    of live objects by type and the containers that grew since the last report; and, when
-    tracemalloc traces (``PYTHONTRACEMALLOC=N``), the allocation sites that grew most since
-    the first report. For finding what grows in a soak. Each report runs full collections,
+    of live objects by type and the containers that grew since the last report; the bytes
+    each process-wide memo holds; and, when tracemalloc traces (``PYTHONTRACEMALLOC=N``),
+    the allocation sites that grew most since the first report. For finding what grows in a soak. Each report runs full collections,
     so a server under ``--diag`` does not show the growth that waits for the collector
     (compare runs without it); tracemalloc slows it down several times.
     """
@@ -165,6 +166,7 @@ class Diagnostics:
             "cyclic_garbage_bytes_held": cyclic_bytes,
             "types": dict(types.most_common(40)),
             "containers_grown": [f"{name}: +{more} to {size}" for more, name, size in grew[:20]],
+            "memo_bytes": {memo.name: memo.bytes for memo in memo_usage()},
         }
         if self._types is not None:
             growth = types - self._types

@@ -218,6 +218,12 @@ class ServerMachine(Generic[_State, _Request, _Response]):
         if state is not None and names:
             self._types[type_url] = self._owe(state, frozenset(names))
 
+    def holds(self, type_url: str) -> Mapping[str, Resource]:
+        """The resources of ``type_url`` the client acknowledged, by name (none for a type
+        it never asked for)."""
+        state = self._types.get(type_url)
+        return self._holding(state).held if state is not None else {}
+
     def holdings(self) -> Holdings:
         """What the client holds of every type it asked for, for make-before-break."""
         return {type_url: self._holding(state) for type_url, state in self._types.items()}

@@ -222,21 +222,10 @@ class StreamSession(Generic[_Request, _Response]):
             rejected = self._in_flight.pop(event.type_url, None)
             if rejected is not None:
                 facts.append(
-                    Rejected(event, rejected[0], rejected[1], self._held_now(event.type_url))
+                    Rejected(event, rejected[0], rejected[1], self.machine.holds(event.type_url))
                 )
         elif isinstance(event, SubscriptionChanged):
             self._record_of(event.type_url)
-
-    def _held_now(self, type_url: str) -> Mapping[str, Any]:
-        """What the client holds of ``type_url``, by name, as far as the machine knows."""
-        state: Any = self.machine.type_state(type_url)
-        if state is None:
-            return {}
-        held = state.held
-        if held is None:
-            return {}
-        found: Mapping[str, Any] = held.resources if hasattr(held, "resources") else held
-        return found
 
     def _answered_all(self) -> bool:
         states = self.machine.type_states()
