@@ -403,14 +403,14 @@ DELTA_REQUESTS: Final[Memo[bytes, object]] = Memo(
     max_entry_bytes=128 * KIB,
     doc="The same for Delta requests.",
 )
-SUBSCRIPTION_LISTS: Final[Memo[int, tuple[object, object]]] = Memo(
+SUBSCRIPTION_LISTS: Final[Memo[tuple[str, ...], object]] = Memo(
     "subscription_lists",
     max_bytes=4 * MIB,
     max_entry_bytes=256 * KIB,
-    doc="The subscription a request's name list asks for, by the identity of the list "
-    "(protocol._subscription): requests a fleet shares (SOTW_REQUESTS) share their lists, so "
-    "each is read into a set once. Holds the list (so its identity is not reused while "
-    "kept) and the subscription. Relies on the lists being tuples.",
+    doc="The subscription a request's name list asks for, by the list's content "
+    "(protocol._subscription): a fleet's requests list the same names, and each list is "
+    "read into a set once. Holds the list and the subscription. Relies on the lists "
+    "being tuples.",
 )
 DELTA_ANSWERS: Final[SharedWork[object]] = SharedWork(
     "delta.answers",

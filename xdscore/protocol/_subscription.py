@@ -150,24 +150,26 @@ class Subscription:
 
 class _ListMemo:
     """The subscription a list of names asks for (not empty: that one depends on the
-    stream's past), by the list's identity (`xdscore._memos.SUBSCRIPTION_LISTS`): a
-    fleet's requests share their lists (the codec parses each once), so each is read into a
-    set and looked up once, not once a stream."""
+    stream's past), by the list's content (`xdscore._memos.SUBSCRIPTION_LISTS`): a fleet's
+    requests list the same names, and each list is read into a set once, not once a
+    stream. (A shared request's list hashes from its names' cached hashes; a list from a
+    request of its own, such as a reconnecting client's first, is hashed once more.)"""
 
     @staticmethod
     def get(names: Iterable[str]) -> Subscription | None:
-        found = SUBSCRIPTION_LISTS.get(id(names))
-        if found is None or found[0] is not names:
+        if not isinstance(names, tuple):  # (only an immutable list stays what it was)
             return None
-        subscription = found[1]
-        assert isinstance(subscription, Subscription)
-        return subscription
+        found = SUBSCRIPTION_LISTS.get(names)
+        if found is None:
+            return None
+        assert isinstance(found, Subscription)
+        return found
 
     @staticmethod
     def put(names: Iterable[str], subscription: Subscription) -> None:
-        if isinstance(names, tuple):  # (only an immutable list stays what it was)
+        if isinstance(names, tuple):
             size = footprint(names, subscription.names) + sys.getsizeof(subscription)
-            SUBSCRIPTION_LISTS.put(id(names), (names, subscription), size)
+            SUBSCRIPTION_LISTS.put(names, subscription, size)
 
 
 _LISTS = _ListMemo()
