@@ -260,17 +260,22 @@ async def apply(directory: Path, url: str, *flags: str) -> dict[str, Any]:
                "--prefix", PREFIX, *flags]  # fmt: skip
     started = time.monotonic()
     process = await asyncio.create_subprocess_exec(
-        *command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
+        *command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        preexec_fn=_die_with_parent,
+        env=os.environ | {"PYTHONUNBUFFERED": "1"},  # each line when printed
     )
     assert process.stdout is not None
     lines: list[str] = []
-    waiting_at = None
+    waiting_at = printed_at = None
     revision = ""
     try:
         async with asyncio.timeout(STEP_TIMEOUT + 30):
             while raw := await process.stdout.readline():
                 line = raw.decode(errors="replace").rstrip()
                 lines.append(line)
+                printed_at = time.monotonic()
                 if found := _WAITING.search(line):
                     waiting_at, revision = time.monotonic(), found[1]
             code = await process.wait()
@@ -283,13 +288,14 @@ async def apply(directory: Path, url: str, *flags: str) -> dict[str, Any]:
         "code": code,
         "started": started,
         "waiting_at": waiting_at,
+        "printed_at": printed_at,
         "ended": ended,
         "revision": revision,
         "output": lines,
     }
 
 
-def _changes(
+def changed_ack_times(
     before: Sequence[dict[str, list[Any]]], after: Sequence[dict[str, list[Any]]]
 ) -> list[float | None]:
     """Per client: the ACK time of the newest version among the types whose version changed
@@ -303,15 +309,18 @@ def _changes(
 
 async def _revision(admin: int, revision: str) -> dict[str, Any]:
     """One replica's account of ``revision`` (counts and convergence, not every proxy)."""
+    asked = time.monotonic()
     try:
         status, _, body = await http_get("127.0.0.1", admin, f"/revision?id={revision}", timeout=10)
     except OSError as exc:
         return {"problem": str(exc)}
+    answered = time.monotonic() - asked
     if status != 200:
         return {"problem": f"HTTP {status}"}
     document = json.loads(body)
     keys = ("replica", "changed", "acked", "pending", "nacked", "convergence_seconds")
-    return {key: document.get(key) for key in keys}
+    found = {key: document.get(key) for key in keys}
+    return found | {"answer_s": round(answered, 4), "answer_bytes": len(body)}
 
 
 def _uptime() -> str:
@@ -360,7 +369,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             after = [await c.holds() for c in clients]
             acks: list[float | None] = []
             for old, new in zip(before, after, strict=True):
-                acks += _changes(old["holds"], new["holds"])
+                acks += changed_ack_times(old["holds"], new["holds"])
             changed = [at for at in acks if at is not None]
             last_ack = max(changed) if changed else None
             ended, begun = result["ended"], result["started"]
@@ -377,6 +386,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 "acked_after_return": sum(1 for at in changed if at > ended),
                 "last_ack_s": None if last_ack is None else round(last_ack - begun, 3),
                 "lag_s": None if last_ack is None else round(ended - last_ack, 3),
+                "printed_after_last_ack_s": None
+                if last_ack is None or result["printed_at"] is None
+                else round(result["printed_at"] - last_ack, 3),
+                "exit_after_printing_s": None
+                if result["printed_at"] is None
+                else round(ended - result["printed_at"], 3),
                 "replicas": [await _revision(admin, result["revision"]) for _, admin in replicas],
             }
             if result["code"] != 0:
