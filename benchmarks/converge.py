@@ -53,7 +53,7 @@ from google.protobuf import json_format
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from loadgen import Client, Fleet, _own_cpu, _runner, keep_freed_memory
+from loadgen import Client, Fleet, _own_cpu, _runner, keep_freed_memory, process_cpu_seconds
 
 from xdscore import builders as b
 from xdscore.server import LOOPS, loop_options, tune_collector
@@ -191,6 +191,7 @@ async def start_etcd(children: Children, scratch: Path) -> str:
         "--listen-client-urls", url, "--advertise-client-urls", url,
         "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
         "--initial-cluster", f"converge={peer_url}", "--log-level", "warn",
+        "--max-txn-ops", "100000",  # one apply is one transaction: 2 R + 2 keys the first
     ]  # fmt: skip
     with (scratch / "etcd.log").open("wb") as log:
         process = await children.start(*command, stdout=log, stderr=subprocess.STDOUT)
@@ -205,9 +206,9 @@ async def start_etcd(children: Children, scratch: Path) -> str:
             await asyncio.sleep(0.1)
 
 
-async def start_replica(children: Children, url: str, log: Path) -> tuple[int, int]:
-    """``xdscore serve --etcd URL`` with an admin endpoint; (xDS port, admin port) once
-    ready."""
+async def start_replica(children: Children, url: str, log: Path) -> tuple[int, int, int]:
+    """``xdscore serve --etcd URL`` with an admin endpoint; (xDS port, admin port, pid)
+    once ready."""
     port, admin = free_port(), free_port()
     command = [
         sys.executable, "-m", "xdscore", "serve", "--etcd", url, "--prefix", PREFIX,
@@ -223,7 +224,7 @@ async def start_replica(children: Children, url: str, log: Path) -> tuple[int, i
                 raise RuntimeError(f"a replica exited with {process.returncode}: see {log}")
             with contextlib.suppress(OSError):
                 if (await http_get("127.0.0.1", admin, "/readyz", timeout=2))[0] == 200:
-                    return port, admin
+                    return port, admin, process.pid
             await asyncio.sleep(0.1)
 
 
@@ -364,7 +365,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             await asyncio.sleep(args.pause)
             before = [await c.holds() for c in clients]
             write_config(config, args.clusters, args.endpoints, change=change)
+            cpu0 = [process_cpu_seconds(pid) for _, _, pid in replicas]
             result = await apply(config, url, "--wait", "--timeout", f"{args.wait_timeout:g}s")
+            cpu = [
+                process_cpu_seconds(pid) - c for (_, _, pid), c in zip(replicas, cpu0, strict=True)
+            ]
             await asyncio.sleep(args.settle)
             after = [await c.holds() for c in clients]
             acks: list[float | None] = []
@@ -392,7 +397,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 "exit_after_printing_s": None
                 if result["printed_at"] is None
                 else round(ended - result["printed_at"], 3),
-                "replicas": [await _revision(admin, result["revision"]) for _, admin in replicas],
+                "replicas": [
+                    await _revision(admin, result["revision"]) | {"cpu_during_apply_s": round(c, 3)}
+                    for (_, admin, _), c in zip(replicas, cpu, strict=True)
+                ],
             }
             if result["code"] != 0:
                 step["output"] = result["output"][-30:]
@@ -427,7 +435,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def _start_clients(
-    children: Children, replicas: list[tuple[int, int]], args: argparse.Namespace
+    children: Children, replicas: list[tuple[int, int, int]], args: argparse.Namespace
 ) -> list[ClientProcess]:
     """``--client-processes`` children, alternating between the replicas, the clients split
     evenly between them (and, on a replica, between its processes)."""
