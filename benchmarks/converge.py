@@ -24,8 +24,9 @@ change, is counted (either is a wrong answer from ``--wait``). Each replica's ow
 
 Nothing is pinned: etcd, the replicas, the client processes and ``apply`` share the machine's
 cores, and the report says the machine's load average before and after. Every child is
-stopped (and the temporary directory removed) whatever happens, each step under a timeout;
-the children also die with this process (``PR_SET_PDEATHSIG``).
+stopped (and the temporary directory removed) whatever happens, each step under a timeout,
+SIGTERM and SIGINT included (exit status 1); killed with SIGKILL, this process takes its
+children with it (``PR_SET_PDEATHSIG``), and only the temporary directory stays.
 """
 
 from __future__ import annotations
@@ -505,7 +506,10 @@ def main() -> None:
         return
     if args.clients < args.client_processes or args.client_processes < 2:
         parser.error("give at least 2 client processes (one per replica) and a client each")
-    report = asyncio.run(_main(args))
+    try:
+        report = asyncio.run(_main(args))
+    except asyncio.CancelledError:
+        sys.exit("converge.py: stopped by a signal (every child stopped)")
     text = json.dumps(report, indent=2)
     if args.json:
         Path(args.json).write_text(text + "\n")
