@@ -321,8 +321,25 @@ async def _revision(admin: int, revision: str) -> dict[str, Any]:
         return {"problem": f"HTTP {status}"}
     document = json.loads(body)
     keys = ("replica", "changed", "acked", "pending", "nacked", "convergence_seconds")
+    keys += ("completed_at",)
     found = {key: document.get(key) for key in keys}
     return found | {"answer_s": round(answered, 4), "answer_bytes": len(body)}
+
+
+def _replicas_done(
+    answers: Sequence[dict[str, Any]], last_ack: float | None, printed_at: float | None
+) -> dict[str, float | None]:
+    """When the last replica saw its last proxy hold the revision (its ``completed_at``, a
+    wall-clock time, read on the monotonic clock), against the last ACK sent and the verdict
+    printed: the lag's first two parts."""
+    completed = [a.get("completed_at") for a in answers]
+    if last_ack is None or printed_at is None or None in completed:
+        return {"replicas_done_after_last_ack_s": None, "printed_after_replicas_done_s": None}
+    done = max(completed) - (time.time() - time.monotonic())  # type: ignore[type-var]
+    return {
+        "replicas_done_after_last_ack_s": round(done - last_ack, 3),
+        "printed_after_replicas_done_s": round(printed_at - done, 3),
+    }
 
 
 def _uptime() -> str:
@@ -403,6 +420,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     for (_, admin, _), c in zip(replicas, cpu, strict=True)
                 ],
             }
+            step |= _replicas_done(step["replicas"], last_ack, result["printed_at"])
             if result["code"] != 0:
                 step["output"] = result["output"][-30:]
             print(json.dumps(step), file=sys.stderr, flush=True)
