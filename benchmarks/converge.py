@@ -98,17 +98,30 @@ def write_config(directory: Path, clusters: int, endpoints: int, change: int) ->
 
 class AckFleet(Fleet):
     """The load generator's fleet, recording per client and type the version it holds and
-    when it sent the ACK for it (the driver calls back after the ACK is written)."""
+    when it sent the ACK for it.
+
+    The driver calls back once the ACK is handed to the HTTP/2 client, which writes it to
+    the socket in a callback of the event loop's next round (benchmarks/h2client.py); the
+    time is taken in a callback queued after that one, so a busy round does not make an
+    ACK look earlier than it left."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.acks: list[dict[str, tuple[str, float]]] = [{} for _ in self.clients]
 
     def _observe(self, client: Client, response: Any) -> None:
-        held = self.acks[client.index].get(response.type_url)
-        if held is None or held[0] != response.version_info:
-            self.acks[client.index][response.type_url] = (response.version_info, time.monotonic())
+        acks, version = self.acks[client.index], response.version_info
+        held = acks.get(response.type_url)
+        if held is None or held[0] != version:
+            acks[response.type_url] = (version, time.monotonic())
+            asyncio.get_running_loop().call_soon(_stamp, acks, response.type_url, version)
         super()._observe(client, response)
+
+
+def _stamp(acks: dict[str, tuple[str, float]], type_url: str, version: str) -> None:
+    """The ACK of ``version`` has left: its time now (unless a newer one came meanwhile)."""
+    if acks[type_url][0] == version:
+        acks[type_url] = (version, time.monotonic())
 
 
 async def child(args: argparse.Namespace) -> None:
