@@ -112,9 +112,10 @@ class Diagnostics:
     and the bytes and strings those hold), which is what waits for the collector; the count
     of live objects by type and the containers that grew since the last report; the bytes
     each process-wide memo holds; and, when tracemalloc traces (``PYTHONTRACEMALLOC=N``),
-    the allocation sites that grew most since the first report. For finding what grows in a soak. Each report runs full collections,
-    so a server under ``--diag`` does not show the growth that waits for the collector
-    (compare runs without it); tracemalloc slows it down several times.
+    the allocation sites that grew most since the first report. For finding what grows in
+    a soak. Each report runs full collections, so a server under ``--diag`` does not show
+    the growth that waits for the collector (compare runs without it); tracemalloc slows it
+    down several times.
     """
 
     def __init__(self, directory: str, every: int) -> None:
