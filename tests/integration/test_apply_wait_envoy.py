@@ -1,9 +1,10 @@
-"""``xdscore apply DIR --etcd URL --wait``: two replicas of one etcd prefix, two real Envoys.
+"""``xdscore apply DIR --etcd URL --wait``: two replicas of one etcd prefix, three real Envoys.
 
-One Envoy takes SotW ADS from the first replica, the other Delta ADS from the second; the
-replicas register themselves under the prefix, and the waits find them there. A good change
-returns 0 once both hold it (their config dumps say so); a change both must reject (a
-listener on a port the test holds bound) exits 1 naming each Envoy, its replica, the
+One Envoy takes SotW ADS from the first replica; the second replica serves one over Delta
+and one over SotW; the replicas register themselves under the prefix, and the waits find
+them there. A good change returns 0 once all three hold it (their config dumps say so); a
+change all must reject (a listener on a port the test holds bound) exits 1 naming each
+Envoy, its replica, the
 listener, the etcd key and mod revision it came from and Envoy's message. ``status``,
 ``dump`` and ``diff --etcd`` find each Envoy on its replica (``diff`` names the rejected
 listener's key; with no replica registered yet, ``status`` says so and exits 1). With one
@@ -69,18 +70,19 @@ async def test_apply_wait_over_two_replicas(tmp_path: Path, etcd: EtcdServer) ->
         async with replicas([source, source]) as two:
             sotw = envoy_bootstrap(xds_port=two[0].port, node_id="edge-sotw")
             delta = envoy_bootstrap(xds_port=two[1].port, node_id="edge-delta", delta=True)
-            async with Envoy(sotw) as one, Envoy(delta) as other:
-                envoys = (one, other)
+            third = envoy_bootstrap(xds_port=two[1].port, node_id="edge-third")
+            async with Envoy(sotw) as one, Envoy(delta) as other, Envoy(third) as more:
+                envoys = (one, other, more)
                 wait = ("--wait", "--timeout", "20s")  # the replicas registered in etcd
                 await eventually(lambda: body(first), lambda b: b == "A", "traffic")
-                for replica in two:
-                    await eventually(replica.proxies, lambda n: n == 1, "one Envoy each")
+                await eventually(two[0].proxies, lambda n: n == 1, "one Envoy on the first")
+                await eventually(two[1].proxies, lambda n: n == 2, "two on the second")
 
-                # (1) A good change: 0 once both Envoys hold it.
+                # (1) A good change: 0 once every Envoy holds it.
                 render(config, ports | {"LISTENER_PORT": second})
                 code, out = await apply(config, etcd.url, *wait)
                 assert code == 0, out
-                assert "every proxy holds it (2 changed by it)" in out, out
+                assert "every proxy holds it (3 changed by it)" in out, out
                 assert "etcd revision" in out, out
                 for envoy in envoys:
                     assert (await listener_ports(envoy))["listener_0"] == second
@@ -90,13 +92,13 @@ async def test_apply_wait_over_two_replicas(tmp_path: Path, etcd: EtcdServer) ->
                 assert code == 0, out + err
                 assert out.count("every proxy holds it") == 1, out
 
-                # (2) A change both reject: 1, naming each, with the key it came from.
+                # (2) A change all reject: 1, naming each, with the key it came from.
                 write_extra_listeners(config, listener_good=good, listener_blocked=blocked)
                 code, out = await apply(config, etcd.url, *wait)
                 assert code == 1, out
                 assert "NOT EVERY PROXY HOLDS IT" in out, out
                 key = resource_key(PREFIX, LISTENER, "listener_blocked").decode()
-                for node in ("edge-sotw", "edge-delta"):
+                for node in ("edge-sotw", "edge-delta", "edge-third"):
                     (line,) = [x for x in out.splitlines() if x.startswith(f"NACKED   {node} ")]
                     assert f"rejected lds listener_blocked from {key} (mod revision " in line
                     assert f"cannot bind '127.0.0.1:{blocked}'" in line, line
@@ -114,7 +116,11 @@ async def test_apply_wait_over_two_replicas(tmp_path: Path, etcd: EtcdServer) ->
                 code, out, err = await xdscore(*status)
                 assert code == 0, out + err
                 seen = {(p["node"], p["replica"]) for p in json.loads(out)["proxies"]}
-                assert seen == {("edge-sotw", ids[0]), ("edge-delta", ids[1])}, out
+                assert seen == {
+                    ("edge-sotw", ids[0]),
+                    ("edge-delta", ids[1]),
+                    ("edge-third", ids[1]),
+                }
                 # dump and diff --etcd find the replica each Envoy is on; diff names the
                 # rejected listener's etcd key as its source.
                 across = ("--etcd", etcd.url, "--prefix", PREFIX)
