@@ -4,12 +4,11 @@ One Envoy takes SotW ADS from the first replica; the second replica serves one o
 and one over SotW; the replicas register themselves under the prefix, and the waits find
 them there. A good change returns 0 once all three hold it (their config dumps say so); a
 change all must reject (a listener on a port the test holds bound) exits 1 naming each
-Envoy, its replica, the
-listener, the etcd key and mod revision it came from and Envoy's message. ``status``,
-``dump`` and ``diff --etcd`` find each Envoy on its replica (``diff`` names the rejected
-listener's key; with no replica registered yet, ``status`` says so and exits 1). With one
-replica killed (its registration outlives it until its lease lapses), the wait,
-``status``, ``dump`` and ``diff`` name it and exit 1.
+Envoy, its replica, the listener, the etcd key and mod revision it came from and Envoy's
+message. ``status``, ``dump`` and ``diff --etcd`` find each Envoy on its replica (``diff``
+names the rejected listener's key; with no replica registered yet, ``status`` says so and
+exits 1). With one replica killed (its registration outlives it until its lease lapses),
+the wait, ``status``, ``dump`` and ``diff`` name it and exit 1.
 """
 
 from __future__ import annotations
