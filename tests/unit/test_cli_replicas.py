@@ -9,6 +9,8 @@ for each, and the dead address named with exit status 1.
 from __future__ import annotations
 
 import json
+import socket
+import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 
@@ -212,3 +214,18 @@ async def test_etcd_that_cannot_be_asked_is_exit_status_1(
         assert err.startswith("xdscore: cannot read the replicas of '/xdscore': "), err
     code, _, err = await xdscore(["status", "--etcd", "nope://x"], capsys)
     assert code == 2, err
+
+
+async def test_a_server_that_does_not_answer_in_time_is_named(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--timeout``: a control plane that takes the connection and never answers is named
+    once its time is up, and the exit status is 1."""
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        address = f"127.0.0.1:{silent.getsockname()[1]}"
+        for argv in (["status"], ["dump", "--node", "edge-1"]):
+            started = time.monotonic()
+            code, out, err = await xdscore([*argv, "--server", address, "--timeout", "0.5"], capsys)
+            assert (code, out) == (1, ""), err
+            assert f"xdscore: cannot ask {address}: no answer in 0.5s" in err, err
+            assert time.monotonic() - started < 5

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import time
 from typing import Any
 
 import pytest
@@ -84,3 +87,19 @@ def test_a_replica_that_cannot_be_asked_fails_the_wait(capsys: pytest.CaptureFix
 def test_wait_needs_replicas_to_ask(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["wait", "--timeout", "1s"]) == 2
     assert "no replica to ask: none given (give --admin or --etcd)" in capsys.readouterr().err
+
+
+def test_the_replicas_are_asked_at_once(capsys: pytest.CaptureFixture[str]) -> None:
+    """Three admin endpoints that take the connection and never answer, with a wait of 1 s:
+    asked one after the other, the second and third would each take their own time too
+    (3 s in all)."""
+    with contextlib.ExitStack() as stack:
+        silent = [stack.enter_context(socket.create_server(("127.0.0.1", 0))) for _ in range(3)]
+        admins = [f"127.0.0.1:{s.getsockname()[1]}" for s in silent]
+        started = time.monotonic()
+        code = main(["wait", *(x for a in admins for x in ("--admin", a)), "--timeout", "1s"])
+        took = time.monotonic() - started
+    assert code == 1
+    out = capsys.readouterr().out
+    assert all(f"REPLICA  {admin}: cannot be asked" in out for admin in admins), out
+    assert took < 2.5, took  # (one after the other: 3 s)

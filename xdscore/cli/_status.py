@@ -17,7 +17,14 @@ from typing import Any
 from ..wire._csds import ClientReport, IdMatcher, ResourceReport
 from ..wire._messages import resource_json
 from ..wire._typeurls import type_info
-from ._common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, add_client_tls, client_ssl_context
+from ._common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    add_client_tls,
+    client_ssl_context,
+    positive,
+)
 from ._replicas import Answers, Replica, add_server_flags, ask_replicas, find_replicas, many
 
 __all__ = ["COMMANDS", "add_parsers", "run", "type_states"]
@@ -41,6 +48,7 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     add_server_flags(status, "each proxy")
     status.add_argument("--node", default="", metavar="PREFIX", help="only node ids so starting")
     status.add_argument("--format", choices=("table", "json"), default="table")
+    _add_timeout(status)
     add_client_tls(status)
     dump = commands.add_parser(
         "dump",
@@ -54,7 +62,19 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     add_server_flags(dump, "what each replica reports")
     dump.add_argument("--node", required=True, metavar="ID", help="the proxy's node id")
     dump.add_argument("--type", default="", metavar="SHORT", help="only this type (cds, ...)")
+    _add_timeout(dump)
     add_client_tls(dump)
+
+
+def _add_timeout(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--timeout",
+        type=positive(float),
+        default=10.0,
+        metavar="SECONDS",
+        help="how long each control plane may take to answer (default 10); one that does "
+        "not is named and the exit status is 1",
+    )
 
 
 def type_states(client: ClientReport) -> dict[str, dict[str, Any]]:
@@ -229,7 +249,7 @@ async def run(args: argparse.Namespace) -> int:
         matchers = [IdMatcher("prefix", args.node)] if args.node else []
     else:
         matchers = [IdMatcher("exact", args.node)]
-    answers = await ask_replicas(replicas, matchers, context)
+    answers = await ask_replicas(replicas, matchers, context, timeout=args.timeout)
     if args.command == "status":
         return _status(args, replicas, answers)
     return _dump(args, replicas, answers)

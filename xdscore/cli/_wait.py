@@ -1,9 +1,9 @@
 """``xdscore wait``: has a revision reached every proxy? (and ``apply --wait``, which waits
 for the revision it wrote).
 
-It asks each replica's admin endpoint (``GET /revision?id=ID``) where the revision stands,
-every `POLL_SECONDS`, until on every replica each connected proxy holds it or
-rejected it, or the timeout passes. A replica that has not adopted the revision yet (404)
+It asks every replica's admin endpoint at once (``GET /revision?id=ID``) where the
+revision stands, every `POLL_SECONDS`, until on every replica each connected proxy holds it
+or rejected it, or the timeout passes. A replica that has not adopted the revision yet (404)
 is asked again: it may still be loading it. The waiting itself is pure bookkeeping over the
 answers (`verdict`), tested without processes.
 
@@ -187,6 +187,21 @@ async def _ask(admin: tuple[str, int], revision: str, timeout: float) -> Answer:
     return Answer(name, document)
 
 
+async def _ask_all(
+    admins: Sequence[tuple[str, int]], revision: str, timeout: float
+) -> list[Answer]:
+    """Every replica asked at once; the answers in the order of ``admins``."""
+    answers: list[Answer | None] = [None] * len(admins)
+
+    async def ask(index: int) -> None:
+        answers[index] = await _ask(admins[index], revision, timeout)
+
+    async with anyio.create_task_group() as group:
+        for index in range(len(admins)):
+            group.start_soon(ask, index)
+    return [answer for answer in answers if answer is not None]
+
+
 async def wait_for(
     admins: Sequence[tuple[str, int]],
     revision: str,
@@ -199,7 +214,7 @@ async def wait_for(
     deadline = time.monotonic() + timeout
     while True:
         left = max(0.5, deadline - time.monotonic())
-        asked = [await _ask(admin, revision, min(left, 5.0)) for admin in admins]
+        asked = await _ask_all(admins, revision, min(left, 5.0))
         if not revision:
             revision = next((a.document["id"] for a in asked if a.document), "")
         answers = [*asked, *unasked]
