@@ -289,3 +289,19 @@ def test_a_list_seen_before_gives_what_a_fresh_one_does(
         assert Subscription.delta_initial(
             shared, (), wildcard_capable=capable
         ) == Subscription.delta_initial(list(names), (), wildcard_capable=capable)
+
+
+def test_a_list_each_reconnecting_client_brings_anew_is_remembered_once() -> None:
+    """A reconnecting client's first request is decoded on its own, so its name list is a
+    new tuple each time: remembered by content, 50 such lists are one entry (by identity,
+    each kept one more until the memo's bound)."""
+    from xdscore._memos import SUBSCRIPTION_LISTS
+
+    names = [f"cluster-{index}" for index in range(100)]
+    first = Subscription.sotw(None, tuple(names), wildcard_capable=False)
+    entries = len(SUBSCRIPTION_LISTS)
+    for _ in range(50):
+        fresh = tuple(name.encode().decode() for name in names)  # new strings, as decoded
+        assert Subscription.sotw(None, fresh, wildcard_capable=False) is first
+        assert Subscription.delta_initial(fresh, (), wildcard_capable=False) is first
+    assert len(SUBSCRIPTION_LISTS) == entries
