@@ -50,13 +50,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from google.protobuf import json_format
-
 sys.path.insert(0, str(Path(__file__).parent))
 
 from loadgen import Client, Fleet, _own_cpu, _runner, keep_freed_memory, process_cpu_seconds
+from workers import write_config
 
-from xdscore import builders as b
 from xdscore.server import LOOPS, loop_options, tune_collector
 from xdscore.testing import free_port, http_get
 
@@ -71,26 +69,6 @@ def _die_with_parent() -> None:
     """In a child, before it runs: SIGKILL it when this process ends (even by SIGKILL)."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-
-
-def write_config(directory: Path, clusters: int, endpoints: int, change: int) -> None:
-    """R EDS clusters with E endpoints each, listener_0 and route_0; ``change`` is the
-    first cluster's endpoint port offset (a new value changes every client's EDS)."""
-    resources: list[Any] = []
-    for i in range(clusters):
-        name = f"c_{i:05d}"
-        resources.append(b.eds_cluster(name))
-        port = 8000 + (change if i == 0 else 0)
-        addresses = [(f"127.{i // 250 % 250}.{i % 250}.{e + 1}", port) for e in range(endpoints)]
-        resources.append(b.load_assignment(name, addresses))
-    resources.append(b.http_listener("listener_0", 10000, "route_0"))
-    resources.append(b.route_configuration("route_0", [("/", "c_00000")]))
-    documents = []
-    for message in resources:
-        document = json_format.MessageToDict(message)
-        document["@type"] = f"type.googleapis.com/{message.DESCRIPTOR.full_name}"
-        documents.append(document)
-    (directory / "resources.json").write_text(json.dumps(documents))
 
 
 # -- the client processes -----------------------------------------------------------------

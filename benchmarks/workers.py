@@ -38,13 +38,16 @@ from xdscore import builders as b
 _SERVING = re.compile(rb"^xdscore: serving .* on 127\.0\.0\.1:(\d+): ")
 
 
-def write_config(directory: Path, clusters: int, endpoints: int) -> None:
-    """R EDS clusters with E endpoints each, listener_0 and route_0 (-> the first cluster)."""
+def write_config(directory: Path, clusters: int, endpoints: int, change: int = 0) -> None:
+    """R EDS clusters with E endpoints each, listener_0 and route_0 (-> the first cluster);
+    ``change`` offsets the first cluster's endpoint port (a new value changes every
+    client's EDS)."""
     resources: list[Any] = []
     for i in range(clusters):
         name = f"c_{i:05d}"
         resources.append(b.eds_cluster(name))
-        addresses = [(f"127.{i // 250 % 250}.{i % 250}.{e + 1}", 8000) for e in range(endpoints)]
+        port = 8000 + (change if i == 0 else 0)
+        addresses = [(f"127.{i // 250 % 250}.{i % 250}.{e + 1}", port) for e in range(endpoints)]
         resources.append(b.load_assignment(name, addresses))
     resources.append(b.http_listener("listener_0", 10000, "route_0"))
     resources.append(b.route_configuration("route_0", [("/", "c_00000")]))
