@@ -33,6 +33,7 @@ from hypothesis.stateful import (
 from xdscore import CLUSTER, ENDPOINT, Resource, Snapshot
 from xdscore.builders import eds_cluster, load_assignment
 from xdscore.protocol import ClientFeatures, Event, StaleNonceSeen
+from xdscore.server._status import holds_current
 from xdscore.testing import SotwPair
 from xdscore.testing.strategies import (
     Disconnect,
@@ -244,6 +245,12 @@ class SotwProperties(RuleBasedStateMachine):
         responses = self.pair.poll()
         for response in responses:
             self.new_responses.append(self._apply_response(response))
+        judged = self.pair.server.polled_current
+        if judged is not None and not responses:
+            # What the runtime reads after such a poll instead of asking holds_current.
+            assert judged == holds_current(self.pair.server, self.snapshot), (
+                f"the poll judged the client current: {judged}, holds_current: {not judged}"
+            )
         if self.ordered:
             return  # make-before-break may hold an owed response back (checked by inv21)
         answered = {response.type_url for response in responses}

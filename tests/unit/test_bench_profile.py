@@ -23,4 +23,6 @@ def test_py_spy_samples_without_stopping_the_server_unless_asked_for_c_frames() 
 
 def test_perf_records_call_graphs_of_the_server() -> None:
     command = profiler_command("perf", 7, "sync.data", native=False, rate=2000)
-    assert command == ["perf", "record", "-F", "2000", "-g", "-p", "7", "-o", "sync.data"]
+    assert command == [
+        "perf", "record", "-F", "2000", "--call-graph", "dwarf,32768", "-p", "7", "-o", "sync.data",
+    ]  # fmt: skip

@@ -62,6 +62,9 @@ class _TypeState(Protocol):
     @property
     def phase(self) -> Phase: ...
 
+    @property
+    def outstanding(self) -> object | None: ...
+
 
 _State = TypeVar("_State", bound=_TypeState)
 _NOT_FOUND = "the server has no resource of this name"
@@ -90,6 +93,8 @@ class ServerMachine(Generic[_State, _Request, _Response]):
         self._limits = limits or StreamLimits()
         self._ordered = ordered and type_url is None
         self._types: dict[str, _State] = {}
+        self._ranked: list[str] = []
+        """The keys of ``_types`` in make-before-break order (types are never removed)."""
         self.node: Node | None = None
         """The client's node, from the first request (``None`` before it)."""
         self.state = StreamState.OPEN
@@ -97,6 +102,18 @@ class ServerMachine(Generic[_State, _Request, _Response]):
         self.features: ClientFeatures = NO_FEATURES
         """What the client can read beyond the plain protocol (see `use_features`)."""
         self._deny: Deny | None = None
+        self._judges_current = False
+        """Whether `_respond` keeps `polled_current` (the SotW machine does)."""
+        self._quiet = False
+        """The last poll of every type left nothing that a later poll against the same view
+        could send (every type current, absent from the view, or sent in full in it; see
+        the SotW machine), and only ACKs of what it sent arrived since."""
+        self.polled_current: bool | None = None
+        """What the last `poll` saw of whether the client holds what the view gives it of
+        every type, nothing of it in flight (as ``holds_current`` in the runtime's status
+        module judges it): ``False`` if some type it looked at did not, ``True`` if every
+        type did, ``None`` if it could not tell (it looked at some types only, a heartbeat
+        was in flight, or this machine does not judge it while polling)."""
 
     def use_features(self, features: ClientFeatures) -> None:
         """Encode what is sent from now on for a client that reads ``features`` (the runtime
@@ -108,6 +125,7 @@ class ServerMachine(Generic[_State, _Request, _Response]):
         absent (SotW: left out; Delta: removed if held) and, for a client that reads
         ``resource_errors`` and named it, reported as PERMISSION_DENIED with the reason."""
         self._deny = deny
+        self._quiet = False
 
     def _resource_errors(
         self, absent: Mapping[str, str | None], subscription: Subscription
@@ -160,7 +178,11 @@ class ServerMachine(Generic[_State, _Request, _Response]):
             raise
 
     def poll(
-        self, view: ResourceView | None, only: Collection[str] | None = None
+        self,
+        view: ResourceView | None,
+        only: Collection[str] | None = None,
+        *,
+        same_view: bool = False,
     ) -> list[_Response]:
         """The responses due now against ``view``, in make-before-break order of their types.
 
@@ -169,17 +191,30 @@ class ServerMachine(Generic[_State, _Request, _Response]):
         Each response returned is in flight from then on (its type is SENT); send them in
         the order given. Raises [`LocalProtocolError`][xdscore.protocol.LocalProtocolError] if the
         machine already failed; never raises for anything the cache holds.
+
+        ``same_view`` says ``view`` gives what the view of the last poll of every type gave
+        (the cache did not change since): if only ACKs of what that poll sent arrived since,
+        nothing is due, and the types are not looked at again.
         """
         ensure_open(self.state)
+        self.polled_current = None
         if view is None:
+            self._quiet = False
             return []
+        if only is None and same_view and self._quiet:
+            self.polled_current = all(s.outstanding is None for s in self._types.values())
+            return []
+        self._quiet = only is None and self._judges_current
+        self.polled_current = True if self._quiet else None
         out: list[_Response] = []
-        for type_url in sorted(self._types, key=lambda url: (type_info(url).rank, url)):
+        for type_url in self._in_rank_order():
             if only is not None and type_url not in only:
                 continue
             response = self._respond(type_url, view)
             if response is not None:
                 out.append(response)
+        if self._quiet:
+            self._quiet = self._nothing_owed()
         return out
 
     def heartbeat(
@@ -198,11 +233,24 @@ class ServerMachine(Generic[_State, _Request, _Response]):
         if view is None:
             return []
         out: list[_Response] = []
-        for type_url in sorted(self._types, key=lambda url: (type_info(url).rank, url)):
+        for type_url in self._in_rank_order():
             response = self._beat(type_url, view, quiet)
             if response is not None:
                 out.append(response)
+                self._quiet = False
         return out
+
+    def _nothing_owed(self) -> bool:
+        """Whether, after a poll of every type, no type is owed an answer the next poll
+        would give (only a machine that keeps `_quiet` is asked)."""
+        return False
+
+    def _in_rank_order(self) -> list[str]:
+        """The types asked for, in make-before-break order (sorted again only when one was
+        added)."""
+        if len(self._ranked) != len(self._types):
+            self._ranked = sorted(self._types, key=_rank_and_url)
+        return self._ranked
 
     def shortest_ttl(self) -> float | None:
         """The smallest TTL of what the client holds or has in flight, for a client that
@@ -217,6 +265,7 @@ class ServerMachine(Generic[_State, _Request, _Response]):
         state = self._types.get(type_url)
         if state is not None and names:
             self._types[type_url] = self._owe(state, frozenset(names))
+            self._quiet = False
 
     def holds(self, type_url: str) -> Mapping[str, Resource]:
         """The resources of ``type_url`` the client acknowledged, by name (none for a type
@@ -253,3 +302,7 @@ class ServerMachine(Generic[_State, _Request, _Response]):
 
     def _owe(self, state: _State, names: frozenset[str]) -> _State:
         raise NotImplementedError
+
+
+def _rank_and_url(type_url: str) -> tuple[int, str]:
+    return type_info(type_url).rank, type_url

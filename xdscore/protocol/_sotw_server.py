@@ -282,6 +282,7 @@ class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
         super().__init__(
             nonce_source=nonce_source, type_url=type_url, limits=limits, ordered=ordered
         )
+        self._judges_current = True
         self._warming: frozenset[str] = frozenset()
         """Types owed an answer because a type that warms on them was just sent (ADS)."""
         self._authorized: dict[
@@ -372,7 +373,13 @@ class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
             else:
                 self._subscribe(info, state, request, events, changes)
         self._types[type_url] = state.evolve(**changes)
+        if not events or "owed" in changes or any(type(e) is not ResponseAcked for e in events):
+            self._quiet = False
         return events
+
+    def _nothing_owed(self) -> bool:
+        types = self._types
+        return self._warming.isdisjoint(types) and not any(s.owed for s in types.values())
 
     def _subscribe(
         self,
@@ -441,10 +448,17 @@ class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
     def _respond(self, type_url: str, view: ResourceView) -> SotwResponse | None:
         state = self._types[type_url]
         if state.outstanding is not None:
+            self._quiet = False  # (sent before this poll: perhaps from an older view)
+            if not state.outstanding.heartbeat:
+                self.polled_current = False
+            elif self.polled_current:
+                self.polled_current = None  # (what it holds is not looked at)
             return None
         selection, denied = self._select(type_url, state, view)
         if selection is None:
             return None
+        if selection.version != state.held_version:
+            self.polled_current = False
         errors = self._sotw_errors(state.subscription, selection, denied)
         if state.held is None and state.held_version == selection.version:
             state = state.evolve(held=selection)
@@ -454,10 +468,13 @@ class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
             return None
         if self._ordered:
             ordered = self._make_before_break(type_url, selection, state.held, view)
-            if ordered is not selection and not _news(type_url, ordered, state.held):
-                return None  # everything new must wait for the client to catch up
+            if ordered is not selection:
+                self._quiet = False  # (what waits goes once the client catches up)
+                if not _news(type_url, ordered, state.held):
+                    return None  # everything new must wait for the client to catch up
             selection = ordered
         if selection.version == state.rejected_version:
+            self._quiet = False
             return None
         if not owed and selection.version == state.held_version:
             return None

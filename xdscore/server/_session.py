@@ -168,6 +168,9 @@ class StreamSession(Generic[_Request, _Response]):
         self._sent_since_held = False
         self._seq = -1
         """The revision the last round's view was read at."""
+        self._same_view = False
+        """The cache has not changed since a round last polled every type (so the view now
+        gives what that round's gave)."""
         self._settled: Settled | None = None
         """What the round being written found, for `end` to return."""
 
@@ -251,6 +254,7 @@ class StreamSession(Generic[_Request, _Response]):
         if self._changed_at is None:
             self._changed_at = now
         self.held = False
+        self._same_view = False
 
     def next_round(self, pacer: Pacer | None, now: float) -> Next:
         """What the write task does next, woken at ``now`` (see `Next`): a request is
@@ -305,7 +309,9 @@ class StreamSession(Generic[_Request, _Response]):
         included when due; each response returned is in flight. ``seq`` is the revision the
         view was read at: when nothing but heartbeats is due, the round checks whether the
         client settled (`end` returns the `Settled` fact)."""
-        responses = self.machine.poll(view, only)
+        responses = self.machine.poll(view, only, same_view=self._same_view)
+        if only is None:
+            self._same_view = view is not None
         heartbeats = self._heartbeats
         if heartbeats.due(now):
             responses += self.machine.heartbeat(view, quiet=heartbeats.quiet)
@@ -321,7 +327,10 @@ class StreamSession(Generic[_Request, _Response]):
             if not response.heartbeats:
                 return
         machine: Any = self.machine
-        if holds_current(machine, view):
+        current = machine.polled_current  # (this round's poll, against ``view``)
+        if current is None:
+            current = holds_current(machine, view)
+        if current:
             self.held, self.held_seq, self.stuck_seq = True, seq, -1
             self._settled = Settled(seq, self._sent_since_held)
             self._sent_since_held = False
