@@ -79,6 +79,23 @@ ANSWERED_EARLY = {
 """Cases that may fail on GrpclibTransport with stock requests: it answers before the
 request ends."""
 
+_EARLY_ANSWERS = (
+    re.compile(r"HEADERS Frame \(length:\d+, flags:0x05, stream_id:\d+\)$"),
+    re.compile(r"RST_STREAM Frame \(Error Code: NO_ERROR\)$"),
+)
+"""What h2spec saw, last line of its failure text, when grpclib had already answered: its
+response to a request that is not gRPC (HEADERS with END_STREAM), or the NO_ERROR reset
+that follows it."""
+
+
+def answered_early(why: str) -> bool:
+    """Whether a case failed on seeing grpclib's early answer (any case that sends a
+    request's headers, then the frames it expects an error for, in a later read: on a loaded
+    machine, more than the cases listed in ``ANSWERED_EARLY``)."""
+    seen = why.strip().splitlines()[-1] if why.strip() else ""
+    return any(pattern.search(seen) for pattern in _EARLY_ANSWERS)
+
+
 # h2spec skips the cases that first measure the response's DATA (6.5.3/1, 6.9.1/1, 6.9.2/1,
 # 6.9.2/2) when there is none: skipped, not failed.
 
@@ -97,9 +114,14 @@ class Configuration:
         allowed = dict(NEEDS_A_BODY)
         if self.grpc_shaped or self.transport is GrpclibTransport:
             allowed.update(HELD_BY_A_BODY)
-        if not self.grpc_shaped and self.transport is GrpclibTransport:
+        if self.answers_early:
             allowed.update(ANSWERED_EARLY)
         return allowed
+
+    @property
+    def answers_early(self) -> bool:
+        """grpclib answers a stock (not gRPC) request as soon as its headers arrive."""
+        return not self.grpc_shaped and self.transport is GrpclibTransport
 
 
 CONFIGURATIONS = {
@@ -263,6 +285,8 @@ async def test_h2spec(
         port = served.plane.port
         result = await h2spec(port, configuration, tmp_path / "all.xml", timeout=CASE_TIMEOUT)
         unexpected = {case: why for case, why in result.failed.items() if case not in allowed}
+        if configuration.answers_early:
+            unexpected = {case: why for case, why in unexpected.items() if not answered_early(why)}
         for case in list(unexpected) if len(unexpected) <= MAX_RETRIES else ():
             # Once more, alone and with time to spare: a shared machine can be slow.
             again = await h2spec(
@@ -279,3 +303,23 @@ async def test_h2spec(
         assert len(result.passed) + len(result.failed) + len(result.skipped) == 146
         await serves_an_ads_client(served)
     assert not tracebacks.records, f"logged with a traceback or at ERROR:\n{tracebacks}"
+
+
+def test_only_a_failure_that_saw_the_early_answer_is_excused() -> None:
+    seen_answer = (
+        'Sends a HEADERS frame with the "content-length" header field which does not equal '
+        "the sum of the multiple DATA frames payload length: GOAWAY Frame (Error Code: "
+        "PROTOCOL_ERROR)\nRST_STREAM Frame (Error Code: PROTOCOL_ERROR)\nConnection closed\n"
+        "HEADERS Frame (length:48, flags:0x05, stream_id:1)"
+    )
+    seen_reset = "Sends trailers: RST_STREAM Frame (Error Code: PROTOCOL_ERROR)\n" + (
+        "RST_STREAM Frame (Error Code: NO_ERROR)"
+    )
+    assert answered_early(seen_answer)
+    assert answered_early(seen_reset)
+    timed_out = "Sends a PING frame: PING Frame (length:8, flags:0x01, stream_id:0)\nTimeout"
+    open_headers = "Sends ...: GOAWAY Frame (Error Code: PROTOCOL_ERROR)\n" + (
+        "HEADERS Frame (length:48, flags:0x04, stream_id:1)"  # (no END_STREAM: not an answer)
+    )
+    for why in (timed_out, open_headers, ""):
+        assert not answered_early(why)
