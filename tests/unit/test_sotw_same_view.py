@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from xdscore import CLUSTER, ENDPOINT, Resource, Snapshot
-from xdscore.protocol import Selection, SotwServer, Subscription
+from xdscore.protocol import ClientFeatures, Selection, SotwServer, Subscription
 
 from ..factories import CL_A, CL_B, EP_A, EP_A2, EP_B, only
 from ._sotw import ack, ads, first, nack
@@ -127,3 +127,17 @@ def test_a_refresh_makes_the_machine_look_again() -> None:
     machine.refresh(CLUSTER, ["a"])
     sent = machine.poll(view, same_view=True)
     assert [r.type_url for r in sent] == [CLUSTER, ENDPOINT]  # (clusters warm on endpoints)
+
+
+def test_new_features_or_authorization_make_the_machine_look_again() -> None:
+    for change in (
+        lambda machine: machine.use_features(ClientFeatures(resource_errors=True)),
+        lambda machine: machine.use_authorization(lambda type_url, name: None),
+    ):
+        machine, view = _synced_clusters_and_endpoints()
+        _ack_both(machine)
+        assert machine.poll(view, same_view=True) == []
+        looked = view.selects
+        change(machine)
+        assert machine.poll(view, same_view=True) == []
+        assert view.selects > looked

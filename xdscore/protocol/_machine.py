@@ -119,6 +119,7 @@ class ServerMachine(Generic[_State, _Request, _Response]):
         """Encode what is sent from now on for a client that reads ``features`` (the runtime
         works them out from the first request's node; until then: none)."""
         self.features = features
+        self._quiet = False
 
     def use_authorization(self, deny: Deny | None) -> None:
         """Withhold from now on every resource ``deny`` names a reason for: it is sent as
