@@ -46,6 +46,7 @@ from xdscore.server._session import StreamSession
 from xdscore.wire import DiscoveryResponse, make_node
 
 from ..factories import nonce_source
+from ._stable_view import StableView
 
 FRACTION = 0.25
 TTL = 4.0
@@ -66,7 +67,7 @@ class SessionMachine(RuleBasedStateMachine):
     def start(self) -> None:
         self.now = 100.0
         self.generation = 0
-        self.view = _snapshot(0)
+        self.view = StableView(_snapshot(0), None)
         info = StreamInfo(id=1, protocol="sotw", type_url=None, opened_at=self.now)
         self.server = SotwServer(nonce_source=nonce_source())
         self.session: StreamSession[object, SotwResponse] = StreamSession(
@@ -156,7 +157,7 @@ class SessionMachine(RuleBasedStateMachine):
     @rule()
     def cache_changes(self) -> None:
         self.generation += 1
-        self.view = _snapshot(self.generation)
+        self.view = StableView(_snapshot(self.generation), self.view)
         self.session.cache_changed(self.now)
         self.held = False
         if self.changed_at is None:

@@ -64,6 +64,7 @@ from ._model import (
     wanted,
     with_ttls,
 )
+from ._stable_view import StableView, stable
 
 
 @attrs.frozen
@@ -154,8 +155,9 @@ class SotwProperties(RuleBasedStateMachine):
         self.heartbeat_nonces: set[str] = set()
         """The nonces of the heartbeats sent."""
 
+        self._stable: StableView | None = None
         self.pair = SotwPair(
-            lambda: self.snapshot,
+            self._view,
             node=NODE,
             validate=self._validate,
             ordered=self.ordered,
@@ -167,6 +169,11 @@ class SotwProperties(RuleBasedStateMachine):
     def _snapshot_of(self, config: EnvoyConfig) -> Snapshot:
         """The snapshot served for ``config``."""
         return config.snapshot()
+
+    def _view(self) -> StableView:
+        """The snapshot as served: the unchanged types through the last view's mappings."""
+        self._stable = stable(self.snapshot, self._stable)
+        return self._stable
 
     def _new_stream(self) -> None:
         self.types: dict[str, TypeModel] = {}
@@ -501,8 +508,11 @@ class SotwProperties(RuleBasedStateMachine):
         if not self.pool:
             return
         self.nack_next.clear()
-        self.config = self.config.unmarked()
-        self.snapshot = self._snapshot_of(self.config)
+        if self.config.marked:
+            # (Otherwise the view stays the same object: what the server left unlooked-at
+            # against it must still converge.)
+            self.config = self.config.unmarked()
+            self.snapshot = self._snapshot_of(self.config)
         client = self.pair.client
         if self.ordered and client.type_state(ENDPOINT) is not None:
             # Envoy subscribes to the endpoints of every EDS cluster it holds; a client that

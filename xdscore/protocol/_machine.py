@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
-from typing import Generic, Protocol, TypeVar
+from typing import Final, Generic, Protocol, TypeVar
 
 from mypy_extensions import mypyc_attr
 
@@ -67,6 +67,8 @@ class _TypeState(Protocol):
 
 
 _State = TypeVar("_State", bound=_TypeState)
+_ABSENT: Final = object()
+"""What `_quiet` records for a type the view had no resources of."""
 _NOT_FOUND = "the server has no resource of this name"
 _Request = TypeVar("_Request")
 _Response = TypeVar("_Response")
@@ -104,10 +106,11 @@ class ServerMachine(Generic[_State, _Request, _Response]):
         self._deny: Deny | None = None
         self._judges_current = False
         """Whether `_respond` keeps `polled_current` (the SotW machine does)."""
-        self._quiet = False
-        """The last poll of every type left nothing that a later poll against the same view
-        could send (every type current, absent from the view, or sent in full in it; see
-        the SotW machine), and only ACKs of what it sent arrived since."""
+        self._quiet: dict[str, object] = {}
+        """The types whose last look left nothing that a later look could send while the
+        view's resources of the type stay the same (the type current, absent from the view,
+        or sent in full; see the SotW machine), each with the mapping the view's
+        ``resources`` gave then (`_ABSENT`: none); only ACKs of the type arrived since."""
         self.polled_current: bool | None = None
         """What the last `poll` saw of whether the client holds what the view gives it of
         every type, nothing of it in flight (as ``holds_current`` in the runtime's status
@@ -119,14 +122,14 @@ class ServerMachine(Generic[_State, _Request, _Response]):
         """Encode what is sent from now on for a client that reads ``features`` (the runtime
         works them out from the first request's node; until then: none)."""
         self.features = features
-        self._quiet = False
+        self._quiet.clear()
 
     def use_authorization(self, deny: Deny | None) -> None:
         """Withhold from now on every resource ``deny`` names a reason for: it is sent as
         absent (SotW: left out; Delta: removed if held) and, for a client that reads
         ``resource_errors`` and named it, reported as PERMISSION_DENIED with the reason."""
         self._deny = deny
-        self._quiet = False
+        self._quiet.clear()
 
     def _resource_errors(
         self, absent: Mapping[str, str | None], subscription: Subscription
@@ -193,29 +196,37 @@ class ServerMachine(Generic[_State, _Request, _Response]):
         the order given. Raises [`LocalProtocolError`][xdscore.protocol.LocalProtocolError] if the
         machine already failed; never raises for anything the cache holds.
 
-        ``same_view`` says ``view`` gives what the view of the last poll of every type gave
-        (the cache did not change since): if only ACKs of what that poll sent arrived since,
-        nothing is due, and the types are not looked at again.
+        A type whose last look left nothing to send, with only ACKs of it since, is not
+        looked at again while ``view.resources`` gives the same mapping object for it (the
+        view protocol's promise for an unchanged type). ``same_view`` says ``view`` gives
+        what the view of the last poll of every type gave (the cache did not change since):
+        the mappings are not asked for either.
         """
         ensure_open(self.state)
-        self.polled_current = None
+        quiet = self._quiet
         if view is None:
-            self._quiet = False
+            self.polled_current = None
+            quiet.clear()
             return []
-        if only is None and same_view and self._quiet:
-            self.polled_current = all(s.outstanding is None for s in self._types.values())
-            return []
-        self._quiet = only is None and self._judges_current
-        self.polled_current = True if self._quiet else None
+        self.polled_current = True if only is None and self._judges_current else None
+        types = self._types
         out: list[_Response] = []
         for type_url in self._in_rank_order():
             if only is not None and type_url not in only:
                 continue
+            seen = quiet.get(type_url)
+            if (
+                seen is not None
+                and (same_view or _mapping(view, type_url) is seen)
+                and not self._owes(type_url)
+            ):
+                # Nothing changed for the type since it was last looked at.
+                if types[type_url].outstanding is not None:
+                    self.polled_current = False  # (sent in full then, not answered yet)
+                continue
             response = self._respond(type_url, view)
             if response is not None:
                 out.append(response)
-        if self._quiet:
-            self._quiet = self._nothing_owed()
         return out
 
     def heartbeat(
@@ -238,12 +249,17 @@ class ServerMachine(Generic[_State, _Request, _Response]):
             response = self._beat(type_url, view, quiet)
             if response is not None:
                 out.append(response)
-                self._quiet = False
+                self._quiet.pop(type_url, None)
         return out
 
-    def _nothing_owed(self) -> bool:
-        """Whether, after a poll of every type, no type is owed an answer the next poll
-        would give (only a machine that keeps `_quiet` is asked)."""
+    def _looked(self, type_url: str, view: ResourceView) -> None:
+        """The look at ``type_url`` just made left nothing a later look could send while
+        the view's resources of it stay the same (see `_quiet`)."""
+        self._quiet[type_url] = _mapping(view, type_url)
+
+    def _owes(self, type_url: str) -> bool:
+        """Whether ``type_url`` is owed an answer whatever the view gives (only a machine
+        that keeps `_quiet` is asked)."""
         return False
 
     def _in_rank_order(self) -> list[str]:
@@ -266,7 +282,7 @@ class ServerMachine(Generic[_State, _Request, _Response]):
         state = self._types.get(type_url)
         if state is not None and names:
             self._types[type_url] = self._owe(state, frozenset(names))
-            self._quiet = False
+            self._quiet.pop(type_url, None)
 
     def holds(self, type_url: str) -> Mapping[str, Resource]:
         """The resources of ``type_url`` the client acknowledged, by name (none for a type
@@ -307,3 +323,9 @@ class ServerMachine(Generic[_State, _Request, _Response]):
 
 def _rank_and_url(type_url: str) -> tuple[int, str]:
     return type_info(type_url).rank, type_url
+
+
+def _mapping(view: ResourceView, type_url: str) -> object:
+    """The view's resources of ``type_url``, as `_quiet` compares them (by identity)."""
+    resources = view.resources(type_url)
+    return _ABSENT if resources is None else resources

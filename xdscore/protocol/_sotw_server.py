@@ -374,12 +374,11 @@ class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
                 self._subscribe(info, state, request, events, changes)
         self._types[type_url] = state.evolve(**changes)
         if not events or "owed" in changes or any(type(e) is not ResponseAcked for e in events):
-            self._quiet = False
+            self._quiet.pop(type_url, None)
         return events
 
-    def _nothing_owed(self) -> bool:
-        types = self._types
-        return self._warming.isdisjoint(types) and not any(s.owed for s in types.values())
+    def _owes(self, type_url: str) -> bool:
+        return type_url in self._warming or self._types[type_url].owed
 
     def _subscribe(
         self,
@@ -446,9 +445,10 @@ class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
         return allowed, denied
 
     def _respond(self, type_url: str, view: ResourceView) -> SotwResponse | None:
+        self._quiet.pop(type_url, None)
         state = self._types[type_url]
         if state.outstanding is not None:
-            self._quiet = False  # (sent before this poll: perhaps from an older view)
+            # (Sent before this poll, perhaps from an older view: not quiet.)
             if not state.outstanding.heartbeat:
                 self.polled_current = False
             elif self.polled_current:
@@ -456,6 +456,7 @@ class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
             return None
         selection, denied = self._select(type_url, state, view)
         if selection is None:
+            self._looked(type_url, view)
             return None
         if selection.version != state.held_version:
             self.polled_current = False
@@ -465,17 +466,18 @@ class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
             self._types[type_url] = state
         owed = state.owed or type_url in self._warming
         if not owed and selection.version == state.held_version:
+            self._looked(type_url, view)
             return None
+        whole = True
         if self._ordered:
             ordered = self._make_before_break(type_url, selection, state.held, view)
             if ordered is not selection:
-                self._quiet = False  # (what waits goes once the client catches up)
+                whole = False  # (what waits goes once the client catches up: not quiet)
                 if not _news(type_url, ordered, state.held):
                     return None  # everything new must wait for the client to catch up
             selection = ordered
         if selection.version == state.rejected_version:
-            self._quiet = False
-            return None
+            return None  # (not quiet: the client may ask for it again)
         if not owed and selection.version == state.held_version:
             return None
         response = self._send(state, selection, selection.version, errors=errors)
@@ -484,6 +486,8 @@ class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
             self._warming -= {type_url}
             if warms_on is not None:
                 self._warming |= {warms_on}
+        if whole:
+            self._looked(type_url, view)
         return response
 
     def _sotw_errors(

@@ -99,7 +99,8 @@ class ResourceView(Protocol):
     client has). ``select`` should return the same [`Selection`][xdscore.protocol.Selection] object
     for equal arguments on the same view, so that every stream with the same subscription shares one
     encoded body; ``resources`` should return the same mapping object while the type is
-    unchanged, which lets Delta streams skip unchanged types in O(1).
+    unchanged, which lets Delta streams skip unchanged types in O(1) and SotW streams leave
+    them unselected; a view that cannot keep it costs them only a look.
     """
 
     def select(self, type_url: str, subscription: Subscription) -> Selection | None:
