@@ -132,7 +132,10 @@ def plan(
     view: ResourceView,
 ) -> Plan:
     """Which of ``changed`` (new or changed for the client) and ``removals`` must wait."""
-    wait = frozenset(r.name for r in changed if r.earlier_references and blocked(r, holdings, view))
+    known = _Known(view)
+    wait = frozenset(
+        r.name for r in changed if r.earlier_references and _blocked(r, holdings, known)
+    )
     keep: frozenset[str] = frozenset()
     if removals:
         kept = referenced(holdings.values())
@@ -148,31 +151,50 @@ def _rank(type_url: str) -> int:
 
 def blocked(resource: Resource, holdings: Holdings, view: ResourceView) -> bool:
     """True while sending ``resource`` could point the client at something it lacks."""
+    return _blocked(resource, holdings, _Known(view))
+
+
+@final
+class _Known:
+    """What the view holds, each type's mapping asked of it once (a plan asks about many
+    references to the same few types: a route to each of its clusters)."""
+
+    __slots__ = ("_by_type", "_view")
+
+    def __init__(self, view: ResourceView) -> None:
+        self._view = view
+        self._by_type: dict[str, Mapping[str, Resource] | None] = {}
+
+    def exists(self, type_url: str, name: str) -> bool:
+        by_type = self._by_type
+        if type_url in by_type:
+            resources = by_type[type_url]
+        else:
+            resources = by_type[type_url] = self._view.resources(type_url)
+        return resources is not None and name in resources
+
+
+def _blocked(resource: Resource, holdings: Holdings, known: _Known) -> bool:
     for ref in resource.earlier_references:
-        if not _exists(view, ref.type_url, ref.name):
+        if not known.exists(ref.type_url, ref.name):
             continue
         holding = holdings.get(ref.type_url)
         if holding is None or not holding.subscription.wants(ref.name):
             continue
         target = holding.surely(ref.name)
-        if target is None or not _warm(target, holdings, view):
+        if target is None or not _warm(target, holdings, known):
             return True
     return False
 
 
-def _exists(view: ResourceView, type_url: str, name: str) -> bool:
-    resources = view.resources(type_url)
-    return resources is not None and name in resources
-
-
-def _warm(resource: Resource, holdings: Holdings, view: ResourceView) -> bool:
+def _warm(resource: Resource, holdings: Holdings, known: _Known) -> bool:
     """Whether the client holds everything ``resource`` warms on (a cluster's endpoints)."""
     rank = _rank(resource.type_url)
     for ref in resource.references:
         holding = holdings.get(ref.type_url)
         if _rank(ref.type_url) <= rank or holding is None:
             continue
-        if holding.surely(ref.name) is None and _exists(view, ref.type_url, ref.name):
+        if holding.surely(ref.name) is None and known.exists(ref.type_url, ref.name):
             return False
     return True
 

@@ -471,10 +471,10 @@ class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
         whole = True
         if self._ordered:
             ordered = self._make_before_break(type_url, selection, state.held, view)
+            if ordered is None:
+                return None  # everything new must wait for the client to catch up
             if ordered is not selection:
                 whole = False  # (what waits goes once the client catches up: not quiet)
-                if not _news(type_url, ordered, state.held):
-                    return None  # everything new must wait for the client to catch up
             selection = ordered
         if selection.version == state.rejected_version:
             return None  # (not quiet: the client may ask for it again)
@@ -575,8 +575,9 @@ class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
 
     def _make_before_break(
         self, type_url: str, desired: Selection, held: Selection | None, view: ResourceView
-    ) -> Selection:
-        """``desired`` less what must wait, plus what must stay (see `._ordering`)."""
+    ) -> Selection | None:
+        """``desired`` less what must wait, plus what must stay (see `._ordering`);
+        ``None`` when that would change nothing for the client."""
         before = held.resources if held is not None else _NOTHING
         changed = (
             [
@@ -606,17 +607,18 @@ class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
                 del chosen[name]
         for name in decided.keep:
             chosen[name] = before[name]
+        if not _news(type_url, chosen, before):
+            return None
         return Selection.of(type_url, chosen)
 
 
-def _news(type_url: str, selection: Selection, held: Selection | None) -> bool:
-    """Whether sending ``selection`` would change anything for a client holding ``held``."""
-    before = held.resources if held is not None else _NOTHING
-    for name, resource in selection.resources.items():
+def _news(type_url: str, chosen: Mapping[str, Resource], before: Mapping[str, Resource]) -> bool:
+    """Whether sending ``chosen`` would change anything for a client holding ``before``."""
+    for name, resource in chosen.items():
         old = before.get(name)
         if old is None or old.version != resource.version:
             return True
-    return type_info(type_url).sotw_full_state and len(before) != len(selection.resources)
+    return type_info(type_url).sotw_full_state and len(before) != len(chosen)
 
 
 def _resumable(info: TypeInfo, subscription: Subscription) -> bool:
