@@ -7,7 +7,7 @@ from collections.abc import Callable, Hashable, Mapping
 from ..wire._records import Node
 from ..wire._resource import Resource
 from ._interface import Adopted, Cache, Cancel, Notify
-from ._snapshot import Snapshot, SnapshotError
+from ._snapshot import Snapshot, SnapshotError, same_resources
 from ._watchers import Adoptions, Updates, Watchers
 
 __all__ = ["NodeGroup", "SnapshotCache", "by_node_id", "same_for_all"]
@@ -57,9 +57,13 @@ class SnapshotCache(Cache):
             if problems:
                 raise SnapshotError("; ".join(str(problem) for problem in problems))
         previous = self._snapshots.get(key)
+        changed = _changed_types(previous, snapshot)
+        if previous is not None and previous is not snapshot:
+            # The types this write leaves as they were keep their mappings (see `_share`).
+            snapshot._share(previous, snapshot.type_urls.difference(changed))
         self._snapshots[key] = snapshot
         self._watchers.notify(key)
-        self._updates.tell(_changed_types(previous, snapshot))
+        self._updates.tell(changed)
         self._adoptions.tell(key, snapshot)
 
     def clear_snapshot(self, key: Hashable) -> None:
@@ -122,16 +126,4 @@ def _changed_types(previous: Snapshot | None, snapshot: Snapshot) -> list[str]:
 def _differ(old: Mapping[str, Resource] | None, new: Mapping[str, Resource] | None) -> bool:
     if old is new:
         return False
-    if old is None or new is None or len(old) != len(new):
-        return True
-    for name, resource in new.items():
-        before = old.get(name)
-        if before is resource:
-            continue
-        if (
-            before is None
-            or before.version != resource.version
-            or before.aliases != resource.aliases
-        ):
-            return True
-    return False
+    return old is None or new is None or not same_resources(old, new)
