@@ -14,6 +14,9 @@ Workload: clusters ``c_00000``... (EDS over ADS, round robin, 1 s connect timeou
 ClusterLoadAssignment per cluster with E endpoints on 127.x.y.z, one locality, weight 1,
 port 8000 + version % 1000 (so a push changes every endpoint set and nothing else);
 ``listener_0`` (HTTP connection manager, RDS ``route_0``, router); ``route_0`` → ``c_00000``.
+The clusters, listener and route sit in a snapshot cache, the endpoint sets in a linear
+cache (a mux of the two); ``--one-snapshot`` puts everything in one snapshot cache instead,
+the whole state rebuilt from new messages into a new snapshot on each push.
 
 ``--diag DIR`` (for finding what grows in a soak; slow): every ``--diag-every`` pushes, a
 JSON report of what the process holds (see :class:`Diagnostics`).
@@ -68,20 +71,31 @@ def endpoints(index: int, count: int, version: int) -> list[tuple[str, int]]:
 
 
 class Workload:
-    """Builds each version of the standard workload into a snapshot cache and a linear cache."""
+    """Builds each version of the standard workload into a snapshot cache and a linear cache
+    (``one_snapshot``: the whole state into a new snapshot of one snapshot cache each time,
+    as an application that rebuilds its configuration on every change does)."""
 
-    def __init__(self, clusters: int, endpoints_per_cluster: int) -> None:
+    def __init__(
+        self, clusters: int, endpoints_per_cluster: int, *, one_snapshot: bool = False
+    ) -> None:
         self.clusters = clusters
         self.endpoints = endpoints_per_cluster
         self.version = 0
         self.snapshots = SnapshotCache(group=same_for_all)
         self.assignments = LinearCache(ENDPOINT)
-        self.cache = MuxCache({ENDPOINT: self.assignments}, default=self.snapshots)
+        self.cache: Any = MuxCache({ENDPOINT: self.assignments}, default=self.snapshots)
         self._static: Snapshot | None = None
         self._static_clusters = -1
+        self._one_snapshot = one_snapshot
+        self._assignments: dict[str, Any] = {}
+        if one_snapshot:
+            self.cache = self.snapshots
 
     def push(self, clusters: int, endpoints_per_cluster: int, changed: int | None) -> None:
         self.version += 1
+        if self._one_snapshot:
+            self._rebuild(clusters, endpoints_per_cluster, changed)
+            return
         if clusters != self._static_clusters:
             self._static = Snapshot(
                 [b.eds_cluster(cluster_name(i)) for i in range(clusters)]
@@ -101,6 +115,28 @@ class Workload:
                 for i in changes
             ],
             delete=[cluster_name(i) for i in range(clusters, self.clusters)],
+        )
+        self.clusters, self.endpoints = clusters, endpoints_per_cluster
+
+    def _rebuild(self, clusters: int, endpoints_per_cluster: int, changed: int | None) -> None:
+        """The whole state, every message built anew, into a new snapshot."""
+        assignments = self._assignments
+        for i in range(clusters if changed is None else min(changed, clusters)):
+            assignments[cluster_name(i)] = b.load_assignment(
+                cluster_name(i), endpoints(i, endpoints_per_cluster, self.version)
+            )
+        for i in range(clusters, self.clusters):
+            assignments.pop(cluster_name(i), None)
+        self.snapshots.set_snapshot(
+            None,
+            Snapshot(
+                [b.eds_cluster(cluster_name(i)) for i in range(clusters)]
+                + [
+                    b.http_listener("listener_0", 10000, "route_0"),
+                    b.route_configuration("route_0", [("/", cluster_name(0))]),
+                ]
+                + list(assignments.values())
+            ),
         )
         self.clusters, self.endpoints = clusters, endpoints_per_cluster
 
@@ -214,8 +250,9 @@ async def serve(
     max_streams: int | None = None,
     reuse_port: bool = False,
     track_revisions: bool = True,
+    one_snapshot: bool = False,
 ) -> None:
-    workload = Workload(clusters, endpoints_per_cluster)
+    workload = Workload(clusters, endpoints_per_cluster, one_snapshot=one_snapshot)
     workload.push(clusters, endpoints_per_cluster, None)
     limits = ServerLimits() if max_streams is None else ServerLimits(max_streams=max_streams)
     server = XdsServer(
@@ -339,6 +376,12 @@ def main() -> None:
         action="store_true",
         help="XdsServer(track_revisions=False): what revision tracking costs, by difference",
     )
+    parser.add_argument(
+        "--one-snapshot",
+        action="store_true",
+        help="one snapshot cache, the whole state rebuilt into a new snapshot on each push "
+        "(instead of a static snapshot and a linear cache of endpoint sets)",
+    )
     args = parser.parse_args()
     host, _, port = args.addr.rpartition(":")
     if args.workers > 1:
@@ -348,6 +391,7 @@ def main() -> None:
         passed += ["--transport", args.transport, "--loop", args.loop]
         passed += ["--no-metrics"] * args.no_metrics + ["--default-gc"] * args.default_gc
         passed += ["--no-revisions"] * args.no_revisions
+        passed += ["--one-snapshot"] * args.one_snapshot
         if args.max_streams is not None:
             passed += ["--max-streams", str(args.max_streams)]
         supervise(host, int(port), args.workers, passed)
@@ -366,6 +410,7 @@ def main() -> None:
         args.max_streams,
         args.reuse_port,
         not args.no_revisions,
+        args.one_snapshot,
         backend_options=loop_options(args.loop),
     )
 
