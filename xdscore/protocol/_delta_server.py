@@ -505,7 +505,9 @@ class DeltaServer(ServerMachine[DeltaTypeState, DeltaDiscoveryRequest, DeltaResp
             sources += [members.get(collection, ()) for collection in subscription.collections]
         return _unique(*sources)
 
-    def _respond(self, type_url: str, view: ResourceView) -> DeltaResponse | None:
+    def _respond(
+        self, type_url: str, view: ResourceView, resources: object
+    ) -> DeltaResponse | None:
         state = self._types[type_url]
         if state.outstanding is not None:
             return None

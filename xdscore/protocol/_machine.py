@@ -69,6 +69,8 @@ class _TypeState(Protocol):
 _State = TypeVar("_State", bound=_TypeState)
 _ABSENT: Final = object()
 """What `_quiet` records for a type the view had no resources of."""
+_UNREAD: Final = object()
+"""A type's resources not read from the view yet (see `_respond`)."""
 _NOT_FOUND = "the server has no resource of this name"
 _Request = TypeVar("_Request")
 _Response = TypeVar("_Response")
@@ -215,16 +217,16 @@ class ServerMachine(Generic[_State, _Request, _Response]):
             if only is not None and type_url not in only:
                 continue
             seen = quiet.get(type_url)
-            if (
-                seen is not None
-                and (same_view or _mapping(view, type_url) is seen)
-                and not self._owes(type_url)
-            ):
-                # Nothing changed for the type since it was last looked at.
-                if types[type_url].outstanding is not None:
-                    self.polled_current = False  # (sent in full then, not answered yet)
-                continue
-            response = self._respond(type_url, view)
+            resources = _UNREAD
+            if seen is not None and not self._owes(type_url):
+                if not same_view:
+                    resources = _mapping(view, type_url)
+                if same_view or resources is seen:
+                    # Nothing changed for the type since it was last looked at.
+                    if types[type_url].outstanding is not None:
+                        self.polled_current = False  # (sent in full then, not answered yet)
+                    continue
+            response = self._respond(type_url, view, resources)
             if response is not None:
                 out.append(response)
         return out
@@ -252,10 +254,11 @@ class ServerMachine(Generic[_State, _Request, _Response]):
                 self._quiet.pop(type_url, None)
         return out
 
-    def _looked(self, type_url: str, view: ResourceView) -> None:
+    def _looked(self, type_url: str, view: ResourceView, resources: object) -> None:
         """The look at ``type_url`` just made left nothing a later look could send while
-        the view's resources of it stay the same (see `_quiet`)."""
-        self._quiet[type_url] = _mapping(view, type_url)
+        the view's resources of it (``resources``, if read already) stay the same (see
+        `_quiet`)."""
+        self._quiet[type_url] = _mapping(view, type_url) if resources is _UNREAD else resources
 
     def _owes(self, type_url: str) -> bool:
         """Whether ``type_url`` is owed an answer whatever the view gives (only a machine
@@ -303,7 +306,9 @@ class ServerMachine(Generic[_State, _Request, _Response]):
     def _receive(self, request: _Request) -> list[Event]:
         raise NotImplementedError
 
-    def _respond(self, type_url: str, view: ResourceView) -> _Response | None:
+    def _respond(self, type_url: str, view: ResourceView, resources: object) -> _Response | None:
+        """What to send of ``type_url`` now; ``resources`` is the view's mapping of it as
+        `_quiet` keeps it, if the poll read it already (else `_UNREAD`)."""
         raise NotImplementedError
 
     def _holding(self, state: _State) -> Holding:

@@ -444,7 +444,7 @@ class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
         self._authorized[type_url] = (selection, state.subscription, allowed, denied)
         return allowed, denied
 
-    def _respond(self, type_url: str, view: ResourceView) -> SotwResponse | None:
+    def _respond(self, type_url: str, view: ResourceView, resources: object) -> SotwResponse | None:
         self._quiet.pop(type_url, None)
         state = self._types[type_url]
         if state.outstanding is not None:
@@ -456,7 +456,7 @@ class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
             return None
         selection, denied = self._select(type_url, state, view)
         if selection is None:
-            self._looked(type_url, view)
+            self._looked(type_url, view, resources)
             return None
         if selection.version != state.held_version:
             self.polled_current = False
@@ -466,7 +466,7 @@ class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
             self._types[type_url] = state
         owed = state.owed or type_url in self._warming
         if not owed and selection.version == state.held_version:
-            self._looked(type_url, view)
+            self._looked(type_url, view, resources)
             return None
         whole = True
         if self._ordered:
@@ -487,7 +487,7 @@ class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
             if warms_on is not None:
                 self._warming |= {warms_on}
         if whole:
-            self._looked(type_url, view)
+            self._looked(type_url, view, resources)
         return response
 
     def _sotw_errors(
