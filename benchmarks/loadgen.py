@@ -517,6 +517,11 @@ class ServerProcess:
         says so: a push of 0.06 CPU-seconds read in 10 ms ticks is read to within 17 %."""
         return sum(process_cpu_seconds(pid) for pid in self._pids())
 
+    def system_seconds(self) -> float:
+        """The part of ``cpu_seconds`` spent in the kernel for the server (system time, in
+        10 ms ticks): reads, writes, polls and the loopback delivery of what it writes."""
+        return sum(process_system_seconds(pid) for pid in self._pids())
+
     def peak_rss_mb(self) -> float:
         """Each server process's peak RSS, summed."""
         return self._status_mb("VmHWM:")
@@ -588,6 +593,13 @@ def process_cpu_seconds(pid: int) -> float:
     return max(ticks / os.sysconf("SC_CLK_TCK"), exact / 1e9)
 
 
+def process_system_seconds(pid: int) -> float:
+    """The system CPU seconds of process ``pid`` (its ``stat``, in clock ticks)."""
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/stat") as handle:
+        return int(handle.read().rsplit(")", 1)[1].split()[12]) / os.sysconf("SC_CLK_TCK")
+    return 0.0
+
+
 def pin_threads(cpus: set[int]) -> int:
     """Pin every thread of this process to ``cpus``; how many there are. (grpc-core starts
     threads of its own as its first channels open, each on its creator's CPUs, and asyncio
@@ -631,6 +643,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     tasks = []
     try:
         cpu0 = server.cpu_seconds() if server else 0.0
+        sys0 = server.system_seconds() if server else 0.0
         own0 = _own_cpu()
         started = time.monotonic()
         tasks = [asyncio.create_task(fleet.run_client(client)) for client in fleet.clients]
@@ -640,6 +653,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         report["loadgen_threads"] = pin_threads(LOADGEN_CPUS)
         if server:
             report["initial_server_cpu_s"] = round(server.cpu_seconds() - cpu0, 3)
+            report["initial_server_sys_s"] = round(server.system_seconds() - sys0, 3)
         report["initial_loadgen_cpu_s"] = round(_own_cpu() - own0, 3)
         if server:
             report["initial_server_rss_mb"] = round(server.rss_mb(), 1)
@@ -650,6 +664,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             await asyncio.sleep(args.settle)
             fleet.arm_push(args.changed or args.clusters)
             cpu0, own0, commanded = server.cpu_seconds(), _own_cpu(), time.monotonic()
+            sys0 = server.system_seconds()
             responses0 = sum(c.responses for c in fleet.clients)
             bytes0 = sum(c.bytes for c in fleet.clients)
             push_args = f"{args.clusters} {args.endpoints}"
@@ -668,6 +683,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     "client_median_s": round(statistics.median(latencies), 3),
                     "client_p99_s": round(_percentile(latencies, 0.99), 3),
                     "server_cpu_s": round(server.cpu_seconds() - cpu0, 3),
+                    "server_sys_s": round(server.system_seconds() - sys0, 3),
                     "loadgen_cpu_s": round(_own_cpu() - own0, 3),
                     "loadgen_cpu_to_ack_s": round(own_at_ack - own0, 3),
                     "responses": sum(c.responses for c in fleet.clients) - responses0,

@@ -109,6 +109,10 @@ class Figures:
     cpu_per_push_s: float
     peak_rss_mb: float
     per_stream_kb: float | None = None
+    initial_sys_s: float | None = None
+    """Of ``initial_cpu_s``, the kernel's (system time); None for reports without it."""
+    sys_per_push_s: float | None = None
+    """Of ``cpu_per_push_s``, the kernel's."""
 
 
 def saturation(loadgen_cpu_s: float, wall_s: float) -> float:
@@ -160,7 +164,16 @@ def figures(reports: Sequence[Report], idle_rss_mb: float | None = None) -> Figu
         cpu_per_push_s=statistics.median(p["server_cpu_s"] for p in pushes),
         peak_rss_mb=statistics.median(r["server_peak_rss_mb"] for r in reports),
         per_stream_kb=per_stream,
+        initial_sys_s=_median_of(reports, "initial_server_sys_s"),
+        sys_per_push_s=_median_of(pushes, "server_sys_s"),
     )
+
+
+def _median_of(reports: Sequence[Report], key: str) -> float | None:
+    """The median of ``key`` over ``reports``, or None if one lacks it (an older report)."""
+    if not all(key in report for report in reports):
+        return None
+    return statistics.median(report[key] for report in reports)
 
 
 OURS = "xdscore"

@@ -95,6 +95,35 @@ def table(rows: Rows) -> str:
     return "\n".join(lines)
 
 
+def _share(part: float | None, whole: float) -> str:
+    if part is None:
+        return MISSING
+    return f"{part:.3f} ({part / whole:.0%})" if whole > 0 else f"{part:.3f}"
+
+
+def kernel_table(rows: Rows) -> str:
+    """Of each server's CPU seconds, the kernel's (system time): what the same reads,
+    writes and wake-ups cost whatever the server does in between. Empty when no figures
+    carry it."""
+    lines = []
+    for point, outcomes in rows:
+        for server, outcome in outcomes.items():
+            if isinstance(outcome, Figures) and outcome.initial_sys_s is not None:
+                lines.append(
+                    f"| {point.label} | {server} "
+                    f"| {_share(outcome.initial_sys_s, outcome.initial_cpu_s)} "
+                    f"| {_share(outcome.sys_per_push_s, outcome.cpu_per_push_s)} |"
+                )
+    if not lines:
+        return ""
+    return (
+        "Of the server CPU seconds above, the kernel's (system time, 10 ms ticks):\n\n"
+        "| point | server | initial sync | per push |\n|---|---|---|---|\n"
+        + "\n".join(lines)
+        + "\n\n"
+    )
+
+
 def idle_line(idle_rss_mb: Mapping[str, float]) -> str:
     """The no-stream RSS behind the KB-per-stream column."""
     if not idle_rss_mb:
@@ -125,6 +154,7 @@ def section(
     commands = "\n".join(context.commands)
     tables = "".join(
         f"With {CLIENT_LABELS.get(client, client)}:\n\n{table(mode_rows)}\n\n"
+        f"{kernel_table(mode_rows)}"
         for client, mode_rows in rows.items()
     )
     judged = []

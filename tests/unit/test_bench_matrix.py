@@ -39,6 +39,7 @@ from matrix_doc import (  # noqa: E402
     START,
     Context,
     cpu_model,
+    kernel_table,
     replace_block,
     section,
     table,
@@ -143,6 +144,32 @@ def test_figures_take_medians_over_runs_and_pushes() -> None:
     assert result.push_saturation == pytest.approx(0.5)
     assert result.peak_rss_mb == 120.0
     assert result.per_stream_kb is None
+
+
+def test_the_kernels_share_is_a_median_where_every_report_has_it() -> None:
+    def push(cpu: float, sys: float) -> dict[str, Any]:
+        return {**_push(0.5, cpu, 0.25), "server_sys_s": sys}
+
+    first = _report(10, 100, initial_server_sys_s=0.1, pushes=[push(0.4, 0.1), push(0.5, 0.3)])
+    second = _report(10, 100, initial_server_sys_s=0.3, pushes=[push(0.6, 0.2)])
+    result = figures([first, second])
+    assert result.initial_sys_s == pytest.approx(0.2)
+    assert result.sys_per_push_s == pytest.approx(0.2)
+    # An older report without the split: none rather than a median of some.
+    older = figures([first, _report(10, 100)])
+    assert older.initial_sys_s is None
+    assert older.sys_per_push_s is None
+
+
+def test_the_kernel_table_gives_each_servers_system_time_and_its_share() -> None:
+    ours = _figures(initial_cpu_s=0.4, initial_sys_s=0.1, cpu_per_push_s=0.2, sys_per_push_s=0.05)
+    peer = _figures(initial_cpu_s=2.0, initial_sys_s=0.5, cpu_per_push_s=1.0)
+    lines = kernel_table([(POINT, {"xdscore": ours, "go-cp": peer})]).strip().splitlines()
+    assert lines[-2:] == [
+        f"| {POINT.label} | xdscore | 0.100 (25%) | 0.050 (25%) |",
+        f"| {POINT.label} | go-cp | 0.500 (25%) | {MISSING} |",
+    ]
+    assert kernel_table([(POINT, {"xdscore": OURS, "go-cp": "failed"})]) == ""
 
 
 def test_memory_per_stream_only_at_r_100_and_with_an_idle_rss() -> None:
