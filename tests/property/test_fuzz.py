@@ -280,6 +280,39 @@ def test_request_bytes_decode_or_raise_remote_protocol_error(data: bytes) -> Non
         assert isinstance(decoded, DiscoveryRequest | DeltaDiscoveryRequest)
 
 
+def _outcome(decode: Any, data: bytes, nonce: str) -> object:
+    try:
+        return decode(data, None, 0, nonce)
+    except RemoteProtocolError as error:
+        return (error.status, str(error))
+
+
+@given(
+    st.one_of(st.binary(max_size=300), encodings()),
+    st.text(max_size=20),
+    st.sampled_from(["none", "appended", "inside"]),
+    st.booleans(),
+)
+def test_a_nonce_hint_never_changes_what_a_request_decodes_to(
+    data: bytes, nonce: str, where: str, hinted_first: bool
+) -> None:
+    """The codec's shortcut for an ACK ending in the stream's last nonce: whatever the
+    bytes, the hint changes nothing of the outcome (the record, or the error)."""
+    for decode, tag in ((decode_request, 0x2A), (decode_delta_request, 0x32)):
+        raw = nonce.encode()
+        field = bytes((tag, len(raw))) + raw if len(raw) < 0x80 else b""
+        request = data
+        if where == "appended":
+            request = data + field
+        elif where == "inside" and field:
+            # The nonce field's bytes at the end of another field's payload (field 4 is a
+            # string in both messages: the type URL, the names to unsubscribe).
+            request = data + bytes((0x22, len(field) + 1)) + b"x" + field
+        runs = [nonce, ""] if hinted_first else ["", nonce]
+        first, second = (_outcome(decode, request, hint) for hint in runs)
+        assert first == second
+
+
 @pytest.mark.parametrize("number", [math.inf, -math.inf, math.nan])
 def test_non_finite_node_metadata_is_decoded(number: float) -> None:
     # Valid protobuf that JSON cannot express: the codec keeps the number as it is.

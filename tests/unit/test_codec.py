@@ -812,3 +812,84 @@ def test_a_remembered_request_reads_as_a_fresh_parse(
         assert decoded.resource_names == tuple(runtime.resource_names)
         assert decoded.response_nonce == runtime.response_nonce
         assert decoded.node == decode_node(runtime.node)
+
+
+def _nonce_field(nonce: str, number: int = 5) -> bytes:
+    return string_field(number, nonce)
+
+
+def test_an_ack_ending_in_the_hinted_nonce_is_decoded_without_walking_its_names(
+    parses: list[bytes],
+) -> None:
+    type_url = _fresh_type()
+    names = tuple(f"cluster-{i:03}" for i in range(100))
+    for node in (_node(), None):
+        ack = encode_request(
+            DiscoveryRequest(
+                version_info="v1",
+                node=node,
+                resource_names=names,
+                type_url=type_url,
+                response_nonce="r-7.3",
+            )
+        )
+        plain = decode_request(ack)
+        before = len(parses)
+        hinted = decode_request(ack, None, 0, "r-7.3")
+        assert hinted == plain
+        assert hinted.response_nonce == "r-7.3"
+        assert len(parses) == before  # remembered, without node and nonce
+        # Another stream's ACK of the same names, its own nonce: found the same way.
+        other = ack[: -len(_nonce_field("r-7.3"))] + _nonce_field("r-12.3")
+        assert decode_request(other, None, 0, "r-12.3") == decode_request(other)
+        assert len(parses) == before
+    # A hint that is not the request's last field changes nothing.
+    nack = encode_request(
+        DiscoveryRequest(
+            type_url=type_url,
+            response_nonce="r-7.3",
+            error_detail=ErrorDetail(code=3, message="bad"),
+        )
+    )
+    assert decode_request(nack, None, 0, "r-7.3") == decode_request(nack)
+    assert decode_request(nack, None, 0, "r-7.3").error_detail is not None
+    delta = encode_delta_request(
+        DeltaDiscoveryRequest(type_url=type_url, node=_node(), response_nonce="d.1")
+    )
+    assert decode_delta_request(delta, None, 0, "d.1") == decode_delta_request(delta)
+
+
+def test_the_hinted_nonces_bytes_inside_another_field_are_not_taken_for_it() -> None:
+    tail = _nonce_field("n.1")
+    type_url = _fresh_type() + "/"
+    inside = string_field(1, "v") + bytes_field(4, type_url.encode() + tail)
+    decoded = decode_request(inside, None, 0, "n.1")
+    assert decoded == decode_request(inside)
+    assert decoded.response_nonce == ""
+    assert decoded.type_url.endswith("n.1")
+    # ... nor when a field as long as the nonce's follows, so that the bytes before it
+    # are a whole message of their own.
+    followed = inside + string_field(1, "w" * (len(tail) - 2))
+    assert len(followed) == len(inside) + len(tail)
+    decoded = decode_request(followed, None, 0, "n.1")
+    assert decoded == decode_request(followed)
+    assert (decoded.version_info, decoded.response_nonce) == ("w" * (len(tail) - 2), "")
+
+
+def test_a_node_sent_twice_is_merged_when_the_nonce_is_hinted() -> None:
+    a, b = _struct_entry("a", "1"), _struct_entry("b", "2")
+    type_url = _fresh_type()
+    data = (
+        bytes_field(2, _node_bytes(a))
+        + string_field(4, type_url)
+        + bytes_field(2, _node_bytes(b))
+        + _nonce_field("n.2")
+    )
+    decoded = decode_request(data, None, 0, "n.2")
+    assert decoded == decode_request(data)
+    assert decoded.node is not None
+    assert set(decoded.node.metadata) == {"a", "b"}
+    assert decoded.response_nonce == "n.2"
+    # Not remembered with the second node in it: the same bytes less the first node and the
+    # nonce decode to no node at all.
+    assert decode_request(string_field(4, type_url) + bytes_field(2, _node_bytes(b))).node

@@ -31,10 +31,11 @@ from xdscore import (
 )
 from xdscore import builders as b
 from xdscore.protocol import DeltaClient, DiscoveryRequest, SotwClient, SotwResponse
-from xdscore.server import ClientDriver
+from xdscore.server import ClientDriver, _server
+from xdscore.server._codecs import SOTW
 from xdscore.server._observer import _overridden as _hook
 from xdscore.testing import MemoryByteStream, byte_stream_pair
-from xdscore.wire import decode_response, encode_request, make_node
+from xdscore.wire import Node, decode_request, decode_response, encode_request, make_node
 
 pytestmark = pytest.mark.anyio
 DEADLINE = 5.0
@@ -124,14 +125,18 @@ async def rig(
         group.cancel_scope.cancel()
 
 
+async def watching_clusters(r: Rig) -> ClientDriver:
+    """A SotW client of ``r``'s server, served ``config(80)``, watching every cluster."""
+    r.cache.set_snapshot(None, config(80))
+    client = ClientDriver(SotwClient(node=NODE), r.client_end, on_response=r.recorder.client_saw)
+    r.group.start_soon(client.run)
+    await client.watch(CLUSTER, None)
+    return client
+
+
 async def test_a_sotw_client_converges_and_follows_a_change() -> None:
     async with rig() as r:
-        r.cache.set_snapshot(None, config(80))
-        client = ClientDriver(
-            SotwClient(node=NODE), r.client_end, on_response=r.recorder.client_saw
-        )
-        r.group.start_soon(client.run)
-        await client.watch(CLUSTER, None)
+        client = await watching_clusters(r)
         await client.watch(LISTENER, None)
         machine = client.machine
         assert isinstance(machine, SotwClient)
@@ -149,6 +154,37 @@ async def test_a_sotw_client_converges_and_follows_a_change() -> None:
         r.cache.set_snapshot(None, second)
         await until(lambda: holds(second), lambda: r.recorder.changed)
         assert set(machine.holds(ENDPOINT)) == {"a", "c"}  # it followed the new cluster
+
+
+async def test_the_codec_is_handed_the_nonce_the_stream_sent_last(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each request is decoded with the nonce of the response sent before it (an ACK ending
+    in it decodes without walking its names: see ``decode_request``)."""
+    handed: list[tuple[str, str]] = []
+
+    def decode(data: bytes, known: Node | None, max_names: int, nonce: str) -> DiscoveryRequest:
+        request = decode_request(data, known, max_names, nonce)
+        handed.append((nonce, request.response_nonce))
+        return request
+
+    monkeypatch.setattr(_server, "SOTW", attrs.evolve(SOTW, decode=decode))
+
+    def sent() -> list[SotwResponse]:
+        return [x for x in r.recorder.responses if isinstance(x, SotwResponse)]
+
+    def acked_last() -> bool:
+        return bool(handed and sent() and handed[-1][1] == sent()[-1].nonce)
+
+    async with rig() as r:
+        await watching_clusters(r)
+        await until(acked_last, lambda: r.recorder.changed)
+        assert handed[0] == ("", "")  # nothing was sent before the first request
+        pushed = len(sent())
+        r.cache.set_snapshot(None, config(81))  # new endpoints: pushed, then ACKed
+        await until(lambda: len(sent()) > pushed and acked_last(), lambda: r.recorder.changed)
+        assert handed[-1] == (sent()[-1].nonce, sent()[-1].nonce)
+        assert all(hint for hint, _ in handed[1:])
 
 
 async def test_a_delta_client_converges_over_the_same_driver() -> None:

@@ -35,9 +35,9 @@ class ServerCodec(Generic[_Request, _Response]):
     """How one protocol's requests are decoded and responses encoded on the server."""
 
     protocol: ProtocolName
-    decode: Callable[[bytes, Node | None, int], _Request]
+    decode: Callable[[bytes, Node | None, int, str], _Request]
     """A request, given the stream's node so far (taken as it is if the request repeats
-    its bytes) and the most names a list may hold."""
+    its bytes), the most names a list may hold and the nonce the stream sent last."""
     encode: Callable[[_Response, str], tuple[bytes, ...]]
     """A response as the buffers its encoding is the concatenation of (shared bodies stay
     shared: see [`ByteStream.send_parts`][xdscore.server.ByteStream.send_parts])."""

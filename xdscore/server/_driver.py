@@ -83,6 +83,9 @@ class ServerDriver(Generic[_Request, _Response]):
         self._backlog: _Backlog[_Response] | None = None
         """Responses the read task could not write without waiting: the write task writes
         them first."""
+        self._nonce = ""
+        """The nonce of the response sent last: the codec tries it first (see
+        ``decode_request``)."""
         self.received_large = False
         """Whether a request over ``LARGE_REQUEST`` bytes arrived (refused or not)."""
 
@@ -158,7 +161,10 @@ class ServerDriver(Generic[_Request, _Response]):
         if len(data) > LARGE_REQUEST:
             self.received_large = True
         request = self._codec.decode(
-            checked(data, settings.max_request_bytes, "request"), info.node, settings.max_names
+            checked(data, settings.max_request_bytes, "request"),
+            info.node,
+            settings.max_names,
+            self._nonce,
         )
         settings.observer.request(info, request)
         if settings.catch_up is not None:
@@ -289,7 +295,7 @@ class ServerDriver(Generic[_Request, _Response]):
                     self._backlog = _Backlog(responses[index:], round)
                     self._wake.set()
                     return True
-                session.sending(response, round)
+                self._sending(response, round)
                 self._written(response, sum(map(len, data)), round)
             self._end(round)
         finally:
@@ -302,7 +308,7 @@ class ServerDriver(Generic[_Request, _Response]):
     async def _write_out(self, responses: Sequence[_Response], round: Round, syncing: bool) -> None:
         """Write ``responses`` in order, holding a push slot (taken by the caller, for a
         ``syncing`` stream or not) until a write would wait for the client."""
-        session, stream = self.session, self._stream
+        stream = self._stream
         slots, metrics = self._settings.slots, self._settings.observer.metrics
         held = True
         try:
@@ -314,7 +320,7 @@ class ServerDriver(Generic[_Request, _Response]):
                     slots.release(at_turn_end=syncing)
                     held = False
                 # Before the write: the client's answer may be read before this task resumes.
-                session.sending(response, round)
+                self._sending(response, round)
                 if metrics is not None:
                     metrics.pushes_in_flight.inc()
                 try:
@@ -338,6 +344,10 @@ class ServerDriver(Generic[_Request, _Response]):
         """The revision the view read now is at (``-1``: revisions are not tracked)."""
         revisions = self._settings.revisions
         return -1 if revisions is None else revisions.seq
+
+    def _sending(self, response: _Response, round: Round) -> None:
+        self.session.sending(response, round)
+        self._nonce = response.nonce
 
     def _written(self, response: _Response, size: int, round: Round) -> None:
         info = self.session.info

@@ -141,18 +141,25 @@ class _Decoder(Generic[_Request, _Record]):
         self._node_field = node_field
         self._nonce_field = nonce_field
         self._records = memo
+        self._nonce_tag = bytes(((nonce_field << 3) | 2,))
+        """The nonce field's key (length-delimited): one byte for fields below 16."""
         self._lists = lists
         """The (field number, name) of the request's lists of names."""
         self._fields = tuple(
             f.name for f in attrs.fields(kind) if f.name not in ("node", "response_nonce")
         )
 
-    def decode(self, data: bytes, known: Node | None, max_names: int) -> _Record:
+    def decode(self, data: bytes, known: Node | None, max_names: int, nonce: str = "") -> _Record:
         """The request ``data`` (``known``: the stream's node, see `_read`); a list of
         more than ``max_names`` names (0: any number) is refused before anything is built
-        of it."""
+        of it. ``nonce``: the nonce the stream sent last, which an ACK most likely ends
+        with (see `_ending_in`)."""
         if max_names and len(data) > 2 * max_names:  # (a name takes two bytes at least)
             self._count_names(data, max_names)
+        if nonce:
+            acked = self._ending_in(data, known, nonce)
+            if acked is not None:
+                return acked
         cut = _cut(data, self._node_field, self._nonce_field)
         if cut is not None:
             key, node, nonce = cut
@@ -168,6 +175,40 @@ class _Decoder(Generic[_Request, _Record]):
         # A field repeated (the runtime merges the two), or a nonce that is not UTF-8.
         message, found = _read(self._message, data, self._node_field, known)
         return self._record(message, found)
+
+    def _ending_in(self, data: bytes, known: Node | None, nonce: str) -> _Record | None:
+        """The request, if its last field is ``nonce``: cut off without walking the fields
+        before it (an ACK repeats every name it asks for, and `_cut` steps over each).
+
+        What is left once the node is cut out too must be a whole message without node or
+        nonce, remembered or parsed here: then the request is that message followed by the
+        nonce field, and nothing else. ``None`` (the caller decodes it the usual way) when
+        it does not end so, or what is left is not such a message."""
+        raw = nonce.encode()
+        if len(raw) >= 0x80:
+            return None
+        tail = self._nonce_tag + bytes((len(raw),)) + raw
+        if not data.endswith(tail):
+            return None
+        key = data[: len(data) - len(tail)]
+        node: bytes | None = None
+        span = leading_field(key, self._node_field)
+        if span is not None:
+            tag, start, end = span
+            node = key[start:end]
+            key = key[:tag] + key[end:]
+        record = cast("_Record | None", self._records.get(key))
+        if record is None:
+            try:
+                message = self._message.FromString(key)
+            except DecodeError:
+                return None
+            if message.HasField("node") or message.response_nonce:
+                return None
+            record = self._record(message, None)
+            self._keep(key, record)
+        sender = None if node is None else _node(node, known, self._what)
+        return self._completed(record, sender, nonce)
 
     def _count_names(self, data: bytes, limit: int) -> None:
         for number, what in self._lists:
@@ -246,20 +287,24 @@ _delta = _Decoder(
 )
 
 
-def decode_request(data: bytes, known: Node | None = None, max_names: int = 0) -> DiscoveryRequest:
+def decode_request(
+    data: bytes, known: Node | None = None, max_names: int = 0, nonce: str = ""
+) -> DiscoveryRequest:
     """Decode a serialised ``DiscoveryRequest``; malformed input is a remote error.
     ``known``: the stream's node, taken as it is when the request repeats its bytes;
-    ``max_names``: the most names a list may hold (RESOURCE_EXHAUSTED past it; 0: any)."""
-    return _sotw.decode(data, known, max_names)
+    ``max_names``: the most names a list may hold (RESOURCE_EXHAUSTED past it; 0: any);
+    ``nonce``: the nonce the stream sent last (an ACK ending with it decodes faster)."""
+    return _sotw.decode(data, known, max_names, nonce)
 
 
 def decode_delta_request(
-    data: bytes, known: Node | None = None, max_names: int = 0
+    data: bytes, known: Node | None = None, max_names: int = 0, nonce: str = ""
 ) -> DeltaDiscoveryRequest:
     """Decode a serialised ``DeltaDiscoveryRequest``; malformed input is a remote error.
     ``known``: the stream's node, taken as it is when the request repeats its bytes;
-    ``max_names``: the most names a list may hold (RESOURCE_EXHAUSTED past it; 0: any)."""
-    return _delta.decode(data, known, max_names)
+    ``max_names``: the most names a list may hold (RESOURCE_EXHAUSTED past it; 0: any);
+    ``nonce``: the nonce the stream sent last (an ACK ending with it decodes faster)."""
+    return _delta.decode(data, known, max_names, nonce)
 
 
 def _control_plane(identifier: str, number: int) -> bytes:
