@@ -308,9 +308,11 @@ class SotwServer(ServerMachine[SotwTypeState, DiscoveryRequest, SotwResponse]):
     def _receive(self, request: DiscoveryRequest) -> list[Event]:
         events = self._identify(request.node)
         info = resolve_type(self._fixed_type, request.type_url, delta=False)
-        check_names(request.resource_names, self._limits, "resource_names")
         type_url = info.type_url
         state = self._types.get(type_url)
+        if state is None or request.resource_names is not state.requested:
+            # (An ACK decoded from remembered bytes repeats the very list checked before.)
+            check_names(request.resource_names, self._limits, "resource_names")
         if state is None:
             check_type_count(len(self._types), self._limits)
             state = _UNSEEN
