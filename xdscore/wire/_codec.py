@@ -70,12 +70,11 @@ def _read(
     after the fields numbered below it (every encoder writes fields in number order);
     anything else is parsed whole."""
     what = cls.DESCRIPTOR.name
-    span = leading_field(data, node_field)
-    if span is not None:
-        tag, start, end = span
-        message = _parse(cls, data[:tag] + data[end:], what)
+    rest, raw = _cut_node(data, node_field)
+    if raw is not None:
+        message = _parse(cls, rest, what)
         if not message.HasField("node"):
-            return message, _node(data[start:end], known, what)
+            return message, _node(raw, known, what)
         # The node comes again later, to be merged with the first: as the runtime reads it.
     message = _parse(cls, data, what)
     return message, decode_node(message.node) if message.HasField("node") else None
@@ -93,12 +92,7 @@ def _node(raw: bytes, known: Node | None, what: str) -> Node:
 def _cut(data: bytes, node_field: int, nonce_field: int) -> tuple[bytes, bytes | None, str] | None:
     """A request's bytes less its node and its nonce (where `leading_field` finds
     them), the node's bytes and the nonce; ``None`` for a nonce that is not UTF-8."""
-    node: bytes | None = None
-    span = leading_field(data, node_field)
-    if span is not None:
-        tag, start, end = span
-        node = data[start:end]
-        data = data[:tag] + data[end:]
+    data, node = _cut_node(data, node_field)
     nonce = ""
     span = leading_field(data, nonce_field)
     if span is not None:
@@ -109,6 +103,16 @@ def _cut(data: bytes, node_field: int, nonce_field: int) -> tuple[bytes, bytes |
             return None  # (the runtime's parse says what is wrong)
         data = data[:tag] + data[end:]
     return data, node, nonce
+
+
+def _cut_node(data: bytes, node_field: int) -> tuple[bytes, bytes | None]:
+    """A request's bytes less its node, and the node's bytes (where `leading_field`
+    finds it; else the bytes as they are and ``None``)."""
+    span = leading_field(data, node_field)
+    if span is None:
+        return data, None
+    tag, start, end = span
+    return data[:tag] + data[end:], data[start:end]
 
 
 _Record = TypeVar("_Record", DiscoveryRequest, DeltaDiscoveryRequest)
@@ -163,15 +167,14 @@ class _Decoder(Generic[_Request, _Record]):
         cut = _cut(data, self._node_field, self._nonce_field)
         if cut is not None:
             key, node, nonce = cut
-            record = cast("_Record | None", self._records.get(key))
-            if record is None:
-                message = _parse(self._message, key, self._what)
-                if not message.HasField("node") and not message.response_nonce:
-                    record = self._record(message, None)
-                    self._keep(key, record)
+            try:
+                record = self._remembered(key)
+            except DecodeError as exc:
+                raise RemoteProtocolError(
+                    f"malformed {self._what}: {exc}", GrpcStatus.INVALID_ARGUMENT
+                ) from None
             if record is not None:
-                sender = None if node is None else _node(node, known, self._what)
-                return self._completed(record, sender, nonce)
+                return self._completed(record, node, known, nonce)
         # A field repeated (the runtime merges the two), or a nonce that is not UTF-8.
         message, found = _read(self._message, data, self._node_field, known)
         return self._record(message, found)
@@ -190,25 +193,25 @@ class _Decoder(Generic[_Request, _Record]):
         tail = self._nonce_tag + bytes((len(raw),)) + raw
         if not data.endswith(tail):
             return None
-        key = data[: len(data) - len(tail)]
-        node: bytes | None = None
-        span = leading_field(key, self._node_field)
-        if span is not None:
-            tag, start, end = span
-            node = key[start:end]
-            key = key[:tag] + key[end:]
+        key, node = _cut_node(data[: len(data) - len(tail)], self._node_field)
+        try:
+            record = self._remembered(key)
+        except DecodeError:
+            return None
+        return None if record is None else self._completed(record, node, known, nonce)
+
+    def _remembered(self, key: bytes) -> _Record | None:
+        """The record of ``key``, a request's bytes less node and nonce: remembered, or
+        parsed (the runtime's `DecodeError` if it cannot be) and remembered; ``None`` when
+        the bytes hold a node or a nonce after all (a field sent twice)."""
         record = cast("_Record | None", self._records.get(key))
         if record is None:
-            try:
-                message = self._message.FromString(key)
-            except DecodeError:
-                return None
+            message = self._message.FromString(key)
             if message.HasField("node") or message.response_nonce:
                 return None
             record = self._record(message, None)
             self._keep(key, record)
-        sender = None if node is None else _node(node, known, self._what)
-        return self._completed(record, sender, nonce)
+        return record
 
     def _count_names(self, data: bytes, limit: int) -> None:
         for number, what in self._lists:
@@ -225,9 +228,13 @@ class _Decoder(Generic[_Request, _Record]):
         if len(key) <= SHARED_REQUEST_BYTES:
             self._records.put(key, record, footprint(key, record))
 
-    def _completed(self, record: _Record, node: Node | None, nonce: str) -> _Record:
-        """``record`` with ``node`` and ``nonce``, copied field by field (the constructor
-        would check names already canonical once more)."""
+    def _completed(
+        self, record: _Record, raw_node: bytes | None, known: Node | None, nonce: str
+    ) -> _Record:
+        """``record`` with the node of ``raw_node`` (``known`` if the same) and ``nonce``,
+        copied field by field (the constructor would check names already canonical once
+        more)."""
+        node = None if raw_node is None else _node(raw_node, known, self._what)
         if node is None and not nonce:
             return record
         copy = object.__new__(type(record))
